@@ -1,0 +1,74 @@
+"""Result status codes shared by every solver, and their messages.
+
+Solvers never raise inside ``jit``; they return an ``int32`` status code in their
+result NamedTuple.  The estimator layer reads the code on the host with
+:func:`check_status`, which raises or warns with the message below.
+"""
+
+from __future__ import annotations
+
+import enum
+import warnings
+
+from sklearn.exceptions import ConvergenceWarning
+
+__all__ = ["Status", "status_message", "check_status"]
+
+
+class Status(enum.IntEnum):
+    """How a solver run ended."""
+
+    SUCCESS = 0
+    MAX_ITER = 1
+    NONFINITE = 2
+    NOT_POSITIVE_DEFINITE = 3
+    LINESEARCH_FAILED = 4
+    CAPACITY_REACHED = 5
+    DIVERGED = 6
+
+
+_MESSAGES = {
+    Status.SUCCESS: "converged",
+    Status.MAX_ITER: "stopped at the iteration cap before meeting the tolerance",
+    Status.NONFINITE: "a non-finite value (NaN or inf) appeared in the objective or its derivatives",
+    Status.NOT_POSITIVE_DEFINITE: "a matrix that must be positive definite failed its Cholesky factorisation",
+    Status.LINESEARCH_FAILED: "the line search could not find a step that improves the objective",
+    Status.CAPACITY_REACHED: "a fixed-capacity buffer (active set or working set) is full",
+    Status.DIVERGED: "the iterates diverged",
+}
+
+# Codes after which the returned model is still usable (a warning, not an error).
+_SOFT = {Status.MAX_ITER, Status.LINESEARCH_FAILED, Status.CAPACITY_REACHED}
+
+
+def status_message(code) -> str:
+    """Return the human-readable message for a status code."""
+    return _MESSAGES[Status(int(code))]
+
+
+def check_status(code, where: str) -> None:
+    """Turn a solver status into a warning or an error on the host.
+
+    Args:
+        code: integer status (scalar, or an array whose worst entry is used).
+        where: name of the solver, used in the message.
+
+    Raises:
+        FloatingPointError: for ``NONFINITE``, ``NOT_POSITIVE_DEFINITE`` and ``DIVERGED``:
+            the result cannot be trusted.
+
+    Warns:
+        ConvergenceWarning: for ``MAX_ITER``, ``LINESEARCH_FAILED`` and ``CAPACITY_REACHED``.
+    """
+    import numpy as np
+
+    codes = np.atleast_1d(np.asarray(code)).astype(int).ravel()
+    bad = [Status(c) for c in codes if c != Status.SUCCESS]
+    if not bad:
+        return
+    worst = max(bad, key=lambda s: (s not in _SOFT, int(s)))
+    msg = f"{where}: {status_message(worst)} (status {worst.name})"
+    if worst in _SOFT:
+        warnings.warn(msg, ConvergenceWarning, stacklevel=3)
+    else:
+        raise FloatingPointError(msg)

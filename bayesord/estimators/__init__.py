@@ -1,0 +1,1 @@
+"""scikit-learn compatible estimators over the functional core (one module per model family)."""
