@@ -105,13 +105,16 @@ def load_csv(path, target: str = "y", dtype=np.float64):
         FileNotFoundError: no such file.
         ValueError: no column named ``target``, no feature column, no rows, a missing
             (empty/NaN) or infinite value anywhere.
-        TypeError: a feature column that is not numeric (its name is given).
+        TypeError: a feature column that is not numeric (its name is given), or a
+            non-float ``dtype``.
 
     Example:
         >>> X, y, names = load_csv("../shared/datasets/toy.csv.gz")  # doctest: +SKIP
     """
     import pandas as pd
 
+    if np.dtype(dtype).kind != "f":
+        raise TypeError(f"dtype must be a floating dtype (features are never truncated), got {dtype}")
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"CSV file not found: {path}")

@@ -86,6 +86,8 @@ def test_load_csv_errors(tmp_path):
         D.load_csv(write(tmp_path / "g.csv", "y\n1\n"))
     with pytest.raises(FileNotFoundError):
         D.load_csv(tmp_path / "absent.csv")
+    with pytest.raises(TypeError, match="floating dtype"):
+        D.load_csv(write(tmp_path / "h.csv", "a,y\n1.5,1\n"), dtype=np.int64)
 
 
 LIBSVM_TEXT = "3 1:0.5 4:2\n1 2:-1 # comment\n2\n"
