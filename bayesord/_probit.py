@@ -217,41 +217,53 @@ def _fit_evidence(X, y, weights, alpha0, rtol, joint, config, n_classes):
 
     def neg_evidence(eta, w_warm):
         b, alpha = unpack(eta)
-        w, *_ = map_weights(link, config.max_newton, X, weights, b, sigma, alpha, y, (w_warm, rtol))
+        w, _, ok, status = map_weights(link, config.max_newton, X, weights, b, sigma, alpha, y,
+                                       (w_warm, rtol))
         log_post, _, L, _ = laplace_at(w, X, y, weights, b, sigma, alpha, link)
-        return -laplace_log_evidence(log_post, L, alpha)
+        return -laplace_log_evidence(log_post, L, alpha), (w, ok, status)
 
     # Start at the joint MAP's thresholds; a positive alpha is needed for log(alpha).
     alpha_start = jnp.where(alpha0 > 0, alpha0, 1.0)
     eta0 = jnp.concatenate([params_from_thresholds(joint.b),
                             jnp.log(alpha_start[:n_alpha])]).astype(dtype)
-    opt = optax.lbfgs()
     w_warm = jax.lax.stop_gradient(joint.w)
-
-    def fn(eta):
-        return neg_evidence(eta, w_warm)
-
-    value_and_grad = optax.value_and_grad_from_state(fn)
+    value_and_grad = jax.value_and_grad(lambda eta: neg_evidence(eta, w_warm), has_aux=True)
+    # L-BFGS directions from optax; the step is accepted or halved here (Armijo), so the
+    # evidence (and its inner Newton solve) is traced once, which keeps compile time low.
+    opt = optax.lbfgs(learning_rate=1.0, linesearch=None)
 
     def cond(c):
-        return (~c[4]) & (c[3] < config.max_outer)
+        return (~c[-1]) & (c[-2] < config.max_outer)
 
     def body(c):
-        eta, state, prev, it, _ = c
-        value, grad = value_and_grad(eta, state=state)
-        updates, state = opt.update(grad, state, eta, value=value, grad=grad, value_fn=fn)
-        eta_new = optax.apply_updates(eta, updates)
-        small_f = jnp.abs(prev - value) <= rtol * (1.0 + jnp.abs(value))
-        small_x = jnp.max(jnp.abs(eta_new - eta)) <= jnp.sqrt(rtol) * (1.0 + jnp.max(jnp.abs(eta)))
-        done = (small_f & small_x) | ~jnp.isfinite(value)
-        return eta_new, state, value, it + 1, done
+        eta, val, grad, direction, t, state, inner, it, _ = c
+        trial = eta + t * direction
+        (v_new, inner_new), g_new = value_and_grad(trial)
+        slope = grad @ direction
+        accept = jnp.isfinite(v_new) & (v_new <= val + 1e-4 * t * slope)
+        small_f = jnp.isfinite(val) & (jnp.abs(val - v_new) <= rtol * (1.0 + jnp.abs(val)))
+        small_x = t * jnp.max(jnp.abs(direction)) <= jnp.sqrt(rtol) * (1.0 + jnp.max(jnp.abs(eta)))
+        upd, state_new = opt.update(g_new, state, trial)
+        eta, val, grad, direction, state, inner = jax.tree_util.tree_map(
+            lambda a, r: jnp.where(accept, a, r),
+            (trial, v_new, g_new, upd, state_new, inner_new),
+            (eta, val, grad, direction, state, inner))
+        # Halve the step after a rejection; fall back to steepest descent when halving stalls.
+        t = jnp.where(accept, 1.0, 0.5 * t)
+        stalled = t < 1e-10
+        direction = jnp.where(stalled, -grad / (1.0 + jnp.linalg.norm(grad)), direction)
+        t = jnp.where(stalled, 1.0, t)
+        done = (accept & small_f & small_x) | ~jnp.isfinite(val)
+        return eta, val, grad, direction, t.astype(dtype), state, inner, it + 1, done
 
-    init = (eta0, opt.init(eta0), jnp.asarray(jnp.inf, dtype), jnp.zeros((), jnp.int32),
-            jnp.zeros((), bool))
-    eta, _, last, n_iter, done = jax.lax.while_loop(cond, body, init)
+    # The first pass evaluates eta0 (accepted against +inf) and takes the first direction.
+    zeros = jnp.zeros_like(eta0)
+    inner0 = (w_warm, jnp.zeros((), bool), jnp.asarray(Status.SUCCESS, jnp.int32))
+    init = (eta0, jnp.asarray(jnp.inf, dtype), zeros, zeros, jnp.ones((), dtype), opt.init(eta0),
+            inner0, jnp.zeros((), jnp.int32), jnp.zeros((), bool))
+    eta, last, _, _, _, _, inner, n_iter, done = jax.lax.while_loop(cond, body, init)
     b, alpha = unpack(eta)
-    w, _, inner_ok, inner_status = map_weights(link, config.max_newton, X, weights, b, sigma, alpha,
-                                               y, (w_warm, rtol))
+    w, inner_ok, inner_status = inner
     log_post, loglik, L, chol_ok = laplace_at(w, X, y, weights, b, sigma, alpha, link)
     log_ev = laplace_log_evidence(log_post, L, alpha)
     status = jnp.where(done, Status.SUCCESS, Status.MAX_ITER)
