@@ -227,7 +227,8 @@ def _fit_evidence(X, y, weights, alpha0, rtol, joint, config, n_classes):
     eta0 = jnp.concatenate([params_from_thresholds(joint.b),
                             jnp.log(alpha_start[:n_alpha])]).astype(dtype)
     w_warm = jax.lax.stop_gradient(joint.w)
-    value_and_grad = jax.value_and_grad(lambda eta: neg_evidence(eta, w_warm), has_aux=True)
+    # Each evaluation warm-starts the inner Newton solve at the last accepted MAP.
+    value_and_grad = jax.value_and_grad(neg_evidence, has_aux=True)
     # L-BFGS directions from optax; the step is accepted or halved here (Armijo), so the
     # evidence (and its inner Newton solve) is traced once, which keeps compile time low.
     opt = optax.lbfgs(learning_rate=1.0, linesearch=None)
@@ -238,7 +239,7 @@ def _fit_evidence(X, y, weights, alpha0, rtol, joint, config, n_classes):
     def body(c):
         eta, val, grad, direction, t, state, inner, it, _ = c
         trial = eta + t * direction
-        (v_new, inner_new), g_new = value_and_grad(trial)
+        (v_new, inner_new), g_new = value_and_grad(trial, jax.lax.stop_gradient(inner[0]))
         slope = grad @ direction
         accept = jnp.isfinite(v_new) & (v_new <= val + 1e-4 * t * slope)
         small_f = jnp.isfinite(val) & (jnp.abs(val - v_new) <= rtol * (1.0 + jnp.abs(val)))
