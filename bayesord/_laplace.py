@@ -84,22 +84,74 @@ def _termination(decrement, value, rtol):
 
 
 def _line_search(objective, x, step, value, slope):
-    """Backtracking (Armijo) from the full Newton step; returns (t, new_value, ok)."""
+    """Backtracking (Armijo) from the full Newton step; returns (t, ok).
+
+    The loop starts at ``t = 2`` with a failing value, so its first pass tries ``t = 1``
+    and the objective is traced once.
+    """
+
+    def accepted(t, new_val):
+        return jnp.isfinite(new_val) & (new_val >= value + _ARMIJO * t * slope)
 
     def cond(c):
         t, new_val, k = c
-        ok = jnp.isfinite(new_val) & (new_val >= value + _ARMIJO * t * slope)
-        return (~ok) & (k < _MAX_HALVINGS)
+        return ~accepted(t, new_val) & (k <= _MAX_HALVINGS)
 
     def body(c):
         t, _, k = c
         t = 0.5 * t
         return t, objective(x + t * step), k + 1
 
-    one = jnp.ones((), value.dtype)
-    t, new_val, _ = jax.lax.while_loop(cond, body, (one, objective(x + step), 0))
-    ok = jnp.isfinite(new_val) & (new_val >= value + _ARMIJO * t * slope)
-    return t, new_val, ok
+    init = (jnp.asarray(2.0, value.dtype), jnp.asarray(-jnp.inf, value.dtype), 0)
+    t, new_val, _ = jax.lax.while_loop(cond, body, init)
+    return t, accepted(t, new_val)
+
+
+def _newton(derivatives, objective, x0, rtol, max_iter):
+    """Damped Newton ascent shared by the MAP solvers.
+
+    ``derivatives(x) -> (value, grad, precision)`` with ``precision`` the negative
+    Hessian; ``objective(x)`` the value alone (``-inf`` where x is infeasible).  Each pass
+    evaluates the derivatives at the current point.  Once the Newton decrement meets the
+    tolerance, one more (polishing) step is taken and the loop ends after evaluating the
+    derivatives there: the quadratic convergence of that last step makes ``x`` accurate
+    enough for implicit differentiation, and the returned Cholesky factor belongs to the
+    returned point.
+
+    Returns:
+        (x, value, chol, n_iter, converged, status).
+    """
+    dtype = x0.dtype
+
+    def cond(c):
+        return ~c[4]
+
+    def body(c):
+        x, _, _, it, _, _, pending = c
+        value, grad, prec = derivatives(x)
+        L, ok = safe_cholesky(prec)
+        step = chol_solve(L, grad)
+        decrement = grad @ step
+        finite = jnp.isfinite(value) & jnp.all(jnp.isfinite(grad))
+        finished = _termination(decrement, value, rtol)
+        capped = it >= max_iter
+        t, ls_ok = _line_search(objective, x, step, value, decrement)
+        stop = pending | ~finite | ~ok | capped | ~ls_ok
+        status = jnp.where(
+            ~finite, Status.NONFINITE,
+            jnp.where(~ok, Status.NOT_POSITIVE_DEFINITE,
+                      jnp.where(pending | finished, Status.SUCCESS,
+                                jnp.where(capped, Status.MAX_ITER,
+                                          jnp.where(ls_ok, Status.SUCCESS, Status.LINESEARCH_FAILED)))))
+        x_new = jnp.where(stop, x, x + t * step)
+        return (x_new, value, L, it + (~stop).astype(jnp.int32), stop, status.astype(jnp.int32),
+                finished & ~stop)
+
+    n = x0.shape[0]
+    init = (x0, jnp.zeros((), dtype), jnp.eye(n, dtype=dtype), jnp.zeros((), jnp.int32),
+            jnp.zeros((), bool), jnp.asarray(Status.SUCCESS, jnp.int32), jnp.zeros((), bool))
+    x, value, L, n_iter, _, status, _ = jax.lax.while_loop(cond, body, init)
+    return x, value, L, n_iter, status == Status.SUCCESS, status
 
 
 @partial(jax.jit, static_argnames=("link", "max_iter"))
@@ -121,62 +173,17 @@ def newton_map(Phi, y, weights, b, sigma, alpha, w0, rtol, *, link="probit", max
     Returns:
         :class:`NewtonResult`.
     """
-    dtype = Phi.dtype
-    objective = lambda w: _log_post(w, Phi, y, weights, b, sigma, alpha, link)
-
     def derivatives(w):
         t = ordinal_terms(Phi @ w, y, b, sigma, link)
+        value = jnp.sum(weights * t.logp) - 0.5 * jnp.sum(alpha * w * w)
         grad = Phi.T @ (weights * t.d_f) - alpha * w
-        L, ok = safe_cholesky(_precision(Phi, weights, t.d_ff, alpha))
-        return grad, L, ok
+        return value, grad, _precision(Phi, weights, t.d_ff, alpha)
 
-    def cond(c):
-        return (~c[4]) & (c[3] < max_iter)
-
-    def body(c):
-        w, value, _, it, _, _ = c
-        grad, L, ok = derivatives(w)
-        step = chol_solve(L, grad)
-        decrement = grad @ step
-        t, new_val, ls_ok = _line_search(objective, w, step, value, decrement)
-        finished = _termination(decrement, value, rtol)
-        status = jnp.where(
-            ~ok,
-            Status.NOT_POSITIVE_DEFINITE,
-            jnp.where(finished, Status.SUCCESS, jnp.where(ls_ok, Status.SUCCESS, Status.LINESEARCH_FAILED)),
-        ).astype(jnp.int32)
-        move = ok & ls_ok & ~finished
-        w_new = jnp.where(move, w + t * step, w)
-        v_new = jnp.where(move, new_val, value)
-        stop = finished | ~ok | ~ls_ok
-        return w_new, v_new, L, it + 1, stop, status
-
-    m = Phi.shape[1]
-    init = (
-        w0.astype(dtype),
-        objective(w0.astype(dtype)),
-        jnp.eye(m, dtype=dtype),
-        jnp.zeros((), jnp.int32),
-        jnp.zeros((), bool),
-        jnp.asarray(Status.SUCCESS, jnp.int32),
-    )
-    w, value, _, n_iter, done, status = jax.lax.while_loop(cond, body, init)
-    # Factor at the final point (the loop's factor belongs to the previous iterate).
-    t = ordinal_terms(Phi @ w, y, b, sigma, link)
-    L, ok = safe_cholesky(_precision(Phi, weights, t.d_ff, alpha))
-    converged = done & (status == Status.SUCCESS)
-    status = jnp.where(done, status, Status.MAX_ITER)
-    status = jnp.where(ok, status, Status.NOT_POSITIVE_DEFINITE)
-    status = jnp.where(jnp.isfinite(value), status, Status.NONFINITE).astype(jnp.int32)
-    return NewtonResult(
-        w=w,
-        chol=L,
-        log_post=value,
-        loglik=jnp.sum(weights * t.logp),
-        n_iter=n_iter,
-        converged=converged & ok,
-        status=status,
-    )
+    objective = lambda w: _log_post(w, Phi, y, weights, b, sigma, alpha, link)
+    w, value, L, n_iter, converged, status = _newton(derivatives, objective, w0.astype(Phi.dtype),
+                                                     rtol, max_iter)
+    return NewtonResult(w=w, chol=L, log_post=value, loglik=value + 0.5 * jnp.sum(alpha * w * w),
+                        n_iter=n_iter, converged=converged, status=status)
 
 
 def _grad_w(w, Phi, weights, b, sigma, alpha, y, link):
@@ -294,7 +301,6 @@ def newton_map_joint(Phi, y, weights, b0, sigma, alpha, w0, rtol, *, link="probi
         :class:`JointResult`.
     """
     m = Phi.shape[1]
-    dtype = Phi.dtype
 
     def objective(x):
         w, b = x[:m], x[m:]
@@ -302,36 +308,12 @@ def newton_map_joint(Phi, y, weights, b0, sigma, alpha, w0, rtol, *, link="probi
         val = _log_post(w, Phi, y, weights, b, sigma, alpha, link)
         return jnp.where(ordered, val, -jnp.inf)
 
-    def cond(c):
-        return (~c[3]) & (c[2] < max_iter)
+    def derivatives(x):
+        grad, prec, loglik = _joint_derivatives(Phi, y, weights, x[:m], x[m:], sigma, alpha, link)
+        return loglik - 0.5 * jnp.sum(alpha * x[:m] ** 2), grad, prec
 
-    def body(c):
-        x, value, it, _, _ = c
-        grad, prec, _ = _joint_derivatives(Phi, y, weights, x[:m], x[m:], sigma, alpha, link)
-        L, ok = safe_cholesky(prec)
-        step = chol_solve(L, grad)
-        decrement = grad @ step
-        t, new_val, ls_ok = _line_search(objective, x, step, value, decrement)
-        finished = _termination(decrement, value, rtol)
-        status = jnp.where(
-            ~ok,
-            Status.NOT_POSITIVE_DEFINITE,
-            jnp.where(finished | ls_ok, Status.SUCCESS, Status.LINESEARCH_FAILED),
-        ).astype(jnp.int32)
-        move = ok & ls_ok & ~finished
-        x_new = jnp.where(move, x + t * step, x)
-        v_new = jnp.where(move, new_val, value)
-        return x_new, v_new, it + 1, finished | ~ok | ~ls_ok, status
-
-    x0 = jnp.concatenate([w0, b0]).astype(dtype)
-    init = (x0, objective(x0), jnp.zeros((), jnp.int32), jnp.zeros((), bool),
-            jnp.asarray(Status.SUCCESS, jnp.int32))
-    x, value, n_iter, done, status = jax.lax.while_loop(cond, body, init)
-    _, prec, loglik = _joint_derivatives(Phi, y, weights, x[:m], x[m:], sigma, alpha, link)
-    L, ok = safe_cholesky(prec)
-    converged = done & (status == Status.SUCCESS) & ok
-    status = jnp.where(done, status, Status.MAX_ITER)
-    status = jnp.where(ok, status, Status.NOT_POSITIVE_DEFINITE)
-    status = jnp.where(jnp.isfinite(value), status, Status.NONFINITE).astype(jnp.int32)
+    x0 = jnp.concatenate([w0, b0]).astype(Phi.dtype)
+    x, value, L, n_iter, converged, status = _newton(derivatives, objective, x0, rtol, max_iter)
+    loglik = value + 0.5 * jnp.sum(alpha * x[:m] ** 2)
     return JointResult(w=x[:m], b=x[m:], chol=L, log_post=value, loglik=loglik,
                        n_iter=n_iter, converged=converged, status=status)

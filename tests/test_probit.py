@@ -116,11 +116,11 @@ def test_evidence_gradient_by_implicit_differentiation_matches_finite_difference
         return laplace_log_evidence(lp, L, a)
 
     g_alpha, g_b = jax.grad(log_ev, argnums=(0, 1))(0.3, b0)
-    eps = 1e-5
+    eps = 1e-4  # value noise ~1e-12 relative: smaller steps amplify it
     fd_alpha = (log_ev(0.3 + eps, b0) - log_ev(0.3 - eps, b0)) / (2 * eps)
     fd_b = [(log_ev(0.3, b0.at[k].add(eps)) - log_ev(0.3, b0.at[k].add(-eps))) / (2 * eps) for k in range(3)]
-    np.testing.assert_allclose(g_alpha, fd_alpha, rtol=1e-6)
-    np.testing.assert_allclose(g_b, fd_b, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(g_alpha, fd_alpha, rtol=2e-5)
+    np.testing.assert_allclose(g_b, fd_b, rtol=2e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("prior", ["gaussian", "ard"])
