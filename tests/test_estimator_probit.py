@@ -128,7 +128,7 @@ def test_sample_weight_two_equals_duplicate_in_the_estimator():
     w[:10] = 2
     a = joint().fit(X0, Y0, sample_weight=w)
     b = joint().fit(np.vstack([X0, X0[:10]]), np.concatenate([Y0, Y0[:10]]))
-    np.testing.assert_allclose(a.coef_, b.coef_, rtol=1e-9)
+    np.testing.assert_allclose(a.coef_, b.coef_, rtol=1e-7)  # solver tolerance 1e-10 on the objective
 
 
 def test_summary_bands_and_save_load_round_trip(tmp_path):
