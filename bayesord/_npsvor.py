@@ -637,7 +637,7 @@ _fold_maes = jax.jit(
 
 def cv_npsvor(X: EllMatrix, codes, n_classes: int, Cs, n_folds: int, eps, tol, key,
               config: NPSVORConfig, *, sample_weight=None, folds=None, predictor="new",
-              seed: int = 0) -> CVResult:
+              seed: int = 0, one_call: bool = True) -> CVResult:
     """K-fold cross-validation of C (C1 = C2 = C) by validation MAE, all fits in one call.
 
     The (nC, nF, p) rank problems are solved together by :func:`fit_npsvor`: a fold is a
@@ -653,6 +653,10 @@ def cv_npsvor(X: EllMatrix, codes, n_classes: int, Cs, n_folds: int, eps, tol, k
         folds: optional (n,) fold ids 0..nF-1; default :func:`stratified_folds`.
         predictor: ``"new"`` (r_new, Eq. 36) or ``"old"`` (r_old, Eq. 5).
         seed: seed of the fold assignment.
+        one_call: solve the whole grid in one call (default).  With False, one call per C
+            value (same shapes, so one compilation): problems with a small C converge in a
+            few passes and no longer wait, as no-op steps, for the large-C ones, which does
+            less work in total when the C values span a wide range.
 
     Returns:
         :class:`CVResult`.
@@ -680,9 +684,15 @@ def cv_npsvor(X: EllMatrix, codes, n_classes: int, Cs, n_folds: int, eps, tol, k
     train = (folds[None, :] != np.arange(n_f)[:, None]).astype(dtype)
     sw = np.ones(codes_np.shape[0]) if sample_weight is None else np.asarray(sample_weight)
     weights = jnp.asarray(train * sw[None, :], dtype)
-    C = jnp.asarray(Cs, dtype)[:, None]
-    fits = fit_npsvor(X, codes_np, n_classes, C, C, eps, tol, key, config,
-                      sample_weight=jnp.broadcast_to(weights, (Cs.size, n_f, codes_np.size)))
+    if one_call:
+        C = jnp.asarray(Cs, dtype)[:, None]
+        fits = fit_npsvor(X, codes_np, n_classes, C, C, eps, tol, key, config,
+                          sample_weight=jnp.broadcast_to(weights, (Cs.size, n_f, codes_np.size)))
+    else:
+        each = [fit_npsvor(X, codes_np, n_classes, jnp.full((n_f,), c, dtype),
+                           jnp.full((n_f,), c, dtype), eps, tol, key, config,
+                           sample_weight=weights) for c in Cs]
+        fits = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *each)
     masks = jnp.asarray(np.broadcast_to(~train.astype(bool), (Cs.size, n_f, codes_np.size))
                         .reshape(-1, codes_np.size))
     coefs = fits.coef.reshape((-1,) + fits.coef.shape[2:])

@@ -272,10 +272,13 @@ def test_cv_fold_mae_matches_separate_fit(data):
     E = to_ell(X, bias=1.0)
     cfg = NPSVORConfig(n_features=D + 1)
     folds = np.arange(N) % 3
-    cv = cv_npsvor(E, y, P, [1.0], 3, EPS, 0.1, jax.random.key(2), cfg, folds=folds)
+    cv = cv_npsvor(E, y, P, [0.5, 1.0], 3, EPS, 0.1, jax.random.key(2), cfg, folds=folds)
+    per_C = cv_npsvor(E, y, P, [0.5, 1.0], 3, EPS, 0.1, jax.random.key(2), cfg, folds=folds,
+                      one_call=False)
+    np.testing.assert_allclose(per_C.fits.coef, cv.fits.coef, atol=1e-12)
     for f in range(3):
         tr = folds != f
         one = fit_npsvor(E, y, P, 1.0, 1.0, EPS, 0.1, jax.random.key(2), cfg,
                          sample_weight=tr.astype(float))
         pred = np.asarray(predict_r_new(decision_values(one.coef, E)))
-        np.testing.assert_allclose(cv.fold_mae[0, f], np.mean(np.abs(pred - y)[~tr]))
+        np.testing.assert_allclose(cv.fold_mae[1, f], np.mean(np.abs(pred - y)[~tr]))

@@ -216,8 +216,8 @@ class NPSVOR(OrdinalEstimator):
 
     def score(self, X, y, sample_weight=None):
         """Negative mean absolute error in rank units (greater is better)."""
-        codes_true = self._encode_y(y, X.shape[0])
         F = self.decision_function(X)
+        codes_true = self._encode_y(y, F.shape[0])
         pred = np.asarray(predict_r_new(F) if self.predictor == "new" else predict_r_old(F))
         err = np.abs(pred - codes_true).astype(np.float64)
         return -float(np.average(err, weights=sample_weight))
