@@ -244,15 +244,6 @@ def test_sample_weight_is_exact(data):
     assert np.all(np.asarray(res.alpha)[:, 10:14] == 0)
 
 
-def test_max_iter_reports_status(data):
-    X, y = data
-    E = to_ell(X, bias=1.0)
-    res = fit_npsvor(E, y, P, 1.0, 1.0, EPS, 1e-12, jax.random.key(0),
-                     NPSVORConfig(n_features=D + 1, max_iter=2))
-    assert np.all(np.asarray(res.status) == 1) and not np.any(res.converged)
-    assert np.all(np.asarray(res.n_iter) == 2)
-
-
 def test_cv_reports_a_class_missing_from_a_fold(data):
     X, y = data
     y = y.copy()

@@ -85,6 +85,7 @@ def test_max_iter_warns(data):
     with pytest.warns(ConvergenceWarning, match="NPSVOR"):
         model = NPSVOR(tol=1e-12, max_iter=2, random_state=0).fit(X, y)
     assert not np.any(model.converged_)
+    np.testing.assert_array_equal(model.n_iter_, 2)
 
 
 @pytest.mark.slow
