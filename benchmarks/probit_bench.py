@@ -1,0 +1,104 @@
+"""Bayesian linear ordinal probit against statsmodels OrderedModel and mord LogisticAT.
+
+Synthetic ordinal probit data (d = 20, K = 5, equiprobable classes), n in {1e3, 1e4, 1e5}
+training rows and 10,000 test rows.  For each fit: test MAE and fit time after
+compilation (median of repeats), compile time reported separately (first call minus a
+warm call), and speed ratios against the peers measured in the same run.
+
+    python benchmarks/probit_bench.py            # n = 1e3, 1e4, 1e5
+    python benchmarks/probit_bench.py --quick    # n = 1e3, 1e4 (about a minute)
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import warnings
+
+import jax
+import numpy as np
+
+jax.config.update("jax_enable_x64", True)
+
+from _common import machine, print_table, time_call, write_json  # noqa: E402
+
+from bayesord import metrics  # noqa: E402
+from bayesord._probit import ProbitConfig, fit_probit, predict_probit  # noqa: E402
+from bayesord.datasets import make_ordinal_probit  # noqa: E402
+
+D, K, N_TEST = 20, 5, 10_000
+
+
+def ours(X, y, Xt, yt, mode):
+    cfg = ProbitConfig(thresholds=mode)
+    alpha = 1e-6 if mode == "joint" else 1.0
+    args = (X, y, np.ones(len(y)), alpha, 1e-10)
+    t0 = time.perf_counter()
+    jax.block_until_ready(fit_probit(*args, config=cfg, n_classes=K))
+    first = time.perf_counter() - t0
+    run, res = time_call(lambda: fit_probit(*args, config=cfg, n_classes=K))
+    pred = np.argmax(np.asarray(predict_probit(res, Xt).proba), axis=1)
+    return {"fit_s": run, "compile_s": max(first - run, 0.0), "mae": metrics.mae(yt, pred),
+            "n_iter": int(res.n_iter), "converged": bool(res.converged)}
+
+
+def statsmodels_fit(X, y, Xt, yt):
+    from statsmodels.miscmodels.ordinal_model import OrderedModel
+
+    def fit():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return OrderedModel(y, X, distr="probit").fit(method="bfgs", disp=False, maxiter=1000)
+
+    t0 = time.perf_counter()
+    res = fit()
+    fit_s = time.perf_counter() - t0
+    pred = np.argmax(np.asarray(res.model.predict(res.params, exog=Xt)), axis=1)
+    return {"fit_s": fit_s, "mae": metrics.mae(yt, pred), "converged": bool(res.mle_retvals["converged"])}
+
+
+def mord_fit(X, y, Xt, yt):
+    import mord
+
+    t0 = time.perf_counter()
+    model = mord.LogisticAT(alpha=1e-6).fit(X, y)
+    fit_s = time.perf_counter() - t0
+    return {"fit_s": fit_s, "mae": metrics.mae(yt, model.predict(Xt))}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    sizes = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000]
+    rows = []
+    for n in sizes:
+        X, y, _ = make_ordinal_probit(n + N_TEST, D, K, seed=n)
+        y = (y - 1).astype(np.int32)
+        X, Xt, y, yt = X[:n], X[n:], y[:n], y[n:]
+        joint = ours(X, y, Xt, yt, "joint")
+        evid = ours(X, y, Xt, yt, "evidence")
+        sm = statsmodels_fit(X, y, Xt, yt)
+        md = mord_fit(X, y, Xt, yt)
+        rows.append({
+            "n": n,
+            "joint MAE": joint["mae"], "evidence MAE": evid["mae"], "statsmodels MAE": sm["mae"],
+            "mord MAE": md["mae"],
+            "joint s": joint["fit_s"], "evidence s": evid["fit_s"], "statsmodels s": sm["fit_s"],
+            "mord s": md["fit_s"],
+            "statsmodels/joint": sm["fit_s"] / joint["fit_s"], "mord/joint": md["fit_s"] / joint["fit_s"],
+            "evidence/joint": evid["fit_s"] / joint["fit_s"],
+            "joint compile s": joint["compile_s"], "evidence compile s": evid["compile_s"],
+            "converged": joint["converged"] and evid["converged"],
+        })
+        print_table(rows[-1:], list(rows[-1]))
+    print("\nSummary (times after compilation; ratios > 1 mean we are faster):")
+    cols = ["n", "joint MAE", "evidence MAE", "statsmodels MAE", "mord MAE", "joint s", "evidence s",
+            "statsmodels s", "mord s", "statsmodels/joint", "mord/joint", "evidence/joint",
+            "joint compile s", "evidence compile s"]
+    print_table(rows, cols)
+    write_json("probit", {"machine": machine(), "d": D, "n_classes": K, "n_test": N_TEST, "rows": rows})
+
+
+if __name__ == "__main__":
+    main()

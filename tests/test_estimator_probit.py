@@ -1,0 +1,173 @@
+"""OrdinalProbit estimator: labels, bad input, sklearn conventions, persistence."""
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sklearn.exceptions import ConvergenceWarning
+
+from bayesord import OrdinalProbit
+from bayesord.datasets import make_ordinal_probit
+
+X0, Y0, _ = make_ordinal_probit(120, 3, 3, seed=11, w=np.array([1.5, -1.0, 0.5]))
+
+
+def joint(**kw):
+    return OrdinalProbit(thresholds="joint", **kw)
+
+
+def test_string_labels_need_and_follow_an_explicit_order():
+    names = np.array(["poor", "fair", "good"])[Y0 - 1]
+    with pytest.raises(ValueError, match="classes="):
+        joint().fit(X0, names)
+    model = joint(classes=["poor", "fair", "good"]).fit(X0, names)
+    assert list(model.classes_) == ["poor", "fair", "good"]  # not alphabetical
+    assert set(model.predict(X0)) <= {"poor", "fair", "good"}
+    reference = joint().fit(X0, Y0)
+    np.testing.assert_allclose(model.coef_, reference.coef_, rtol=1e-10)
+
+
+def test_ordered_categorical_and_dataframe_input():
+    y = pd.Series(pd.Categorical(np.array(["c", "b", "a"])[Y0 - 1], categories=["c", "b", "a"], ordered=True))
+    frame = pd.DataFrame(X0, columns=["u", "v", "w"])
+    model = joint().fit(frame, y)
+    assert list(model.classes_) == ["c", "b", "a"]
+    assert list(model.feature_names_in_) == ["u", "v", "w"]
+    with pytest.raises(ValueError, match="feature names"):
+        model.predict(frame[["v", "u", "w"]])
+
+
+def test_integer_labels_with_gaps_and_probability_rows():
+    y = np.array([2, 5, 11])[Y0 - 1]
+    model = joint().fit(X0, y)
+    assert list(model.classes_) == [2, 5, 11]
+    p = model.predict_proba(X0)
+    assert p.shape == (120, 3) and np.all(p >= 0)
+    np.testing.assert_allclose(p.sum(axis=1), 1.0, atol=1e-12)
+    cum = model.predict_cumproba(X0)
+    np.testing.assert_allclose(cum, np.cumsum(p, axis=1)[:, :-1], atol=1e-12)
+    assert set(model.predict(X0, rule="median")) <= {2, 5, 11}
+    e = model.predict_expected(X0)
+    assert np.all((e >= 2) & (e <= 11))
+    assert model.score(X0, y) <= 0
+
+
+@pytest.mark.parametrize(
+    "X, y, match",
+    [
+        (np.where(np.arange(360).reshape(120, 3) == 5, np.nan, X0), Y0, "NaN or infinite"),
+        (np.where(np.arange(360).reshape(120, 3) == 5, np.inf, X0), Y0, "NaN or infinite"),
+        (X0, Y0.astype(float) * np.where(np.arange(120) == 3, np.nan, 1.0), "NaN"),
+        (X0[:100], Y0, "different lengths"),
+        (np.empty((0, 3)), np.empty(0), "empty"),
+        (X0, np.ones(120), "at least 2"),
+        (X0[:, 0], Y0, "2-D"),
+        (X0[None], Y0, "2-D"),
+    ],
+)
+def test_bad_input_raises_a_clear_error_and_leaves_no_fitted_state(X, y, match):
+    model = joint()
+    with pytest.raises(ValueError, match=match):
+        model.fit(X, y)
+    assert not hasattr(model, "coef_") and not hasattr(model, "classes_")
+
+
+def test_more_than_1000_distinct_labels_need_classes():
+    X = np.random.default_rng(0).normal(size=(1200, 2))
+    with pytest.raises(ValueError, match="1000"):
+        joint().fit(X, np.arange(1200))
+
+
+def test_unknown_labels_at_scoring_and_wrong_feature_count_at_predict():
+    model = joint(classes=[1, 2, 3]).fit(X0, Y0)
+    with pytest.raises(ValueError, match="not in classes"):
+        model.score(X0, np.where(Y0 == 3, 7, Y0))
+    with pytest.raises(ValueError, match="features"):
+        model.predict(X0[:, :2])
+    with pytest.raises(ValueError, match="not in classes"):
+        joint(classes=[1, 2]).fit(X0, Y0)
+
+
+@pytest.mark.parametrize("sw, match", [(-np.ones(120), "negative"), (np.full(120, np.nan), "NaN"),
+                                       (np.ones(7), "shape"), (np.zeros(120), "zero")])
+def test_bad_sample_weights(sw, match):
+    with pytest.raises(ValueError, match=match):
+        joint().fit(X0, Y0, sample_weight=sw)
+
+
+def test_bad_hyperparameters():
+    with pytest.raises(ValueError, match="thresholds"):
+        OrdinalProbit(thresholds="both").fit(X0, Y0)
+    with pytest.raises(ValueError, match="positive"):
+        OrdinalProbit(alpha=0.0).fit(X0, Y0)
+    with pytest.raises(ValueError, match="non-negative"):
+        joint(alpha=-1.0).fit(X0, Y0)
+    with pytest.raises(ValueError, match="max_iter"):
+        joint(max_iter=0).fit(X0, Y0)
+    with pytest.raises(ValueError, match="link"):
+        joint(link="cauchit").fit(X0, Y0)
+
+
+def test_constant_feature_column_works():
+    X = np.column_stack([X0, np.ones(120)])
+    model = joint(alpha=1.0).fit(X, Y0)
+    assert model.converged_
+    assert np.all(np.isfinite(model.coef_)) and np.all(np.isfinite(model.coef_cov_))
+
+
+def test_iteration_cap_warns():
+    with pytest.warns(ConvergenceWarning):
+        joint(max_newton=1).fit(X0, Y0)
+
+
+def test_sample_weight_two_equals_duplicate_in_the_estimator():
+    w = np.ones(120)
+    w[:10] = 2
+    a = joint().fit(X0, Y0, sample_weight=w)
+    b = joint().fit(np.vstack([X0, X0[:10]]), np.concatenate([Y0, Y0[:10]]))
+    np.testing.assert_allclose(a.coef_, b.coef_, rtol=1e-9)
+
+
+def test_summary_bands_and_save_load_round_trip(tmp_path):
+    model = OrdinalProbit(random_state=3).fit(pd.DataFrame(X0, columns=["a", "b", "c"]), Y0)
+    table = model.summary()
+    assert list(table.index[:3]) == ["a", "b", "c"] and len(table) == 5
+    assert np.all(table["sd"] > 0) and np.all(table["2.5%"] < table["97.5%"])
+    frame = pd.DataFrame(X0[:7], columns=["a", "b", "c"])
+    lo, hi, sd = model.predict_proba_interval(frame)
+    p = model.predict_proba(frame)
+    assert np.all((0 <= lo) & (lo <= hi) & (hi <= 1)) and np.all(sd >= 0)
+    assert np.mean((lo <= p) & (p <= hi)) > 0.9
+    path = tmp_path / "m.npz"
+    model.save(path)
+    loaded = OrdinalProbit.load(path)
+    np.testing.assert_array_equal(loaded.predict_proba(frame), p)
+    np.testing.assert_array_equal(loaded.coef_, model.coef_)
+    assert loaded.get_params() == model.get_params()
+
+
+def test_sklearn_clone_and_get_params():
+    from sklearn.base import clone
+
+    model = OrdinalProbit(alpha=2.0, prior="ard")
+    copy = clone(model)
+    assert copy.get_params() == model.get_params()
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(8, 40), d=st.integers(1, 3), k=st.integers(2, 4), seed=st.integers(0, 10_000),
+       scale=st.floats(0.01, 100.0))
+def test_property_random_shapes_give_valid_probabilities(n, d, k, seed, scale):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(scale=scale, size=(n, d))
+    y = np.concatenate([np.arange(k), rng.integers(0, k, size=n - k)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        model = joint(alpha=1.0).fit(X, y)
+    p = model.predict_proba(X)
+    assert np.all(np.isfinite(p)) and np.all(p >= 0)
+    np.testing.assert_allclose(p.sum(axis=1), 1.0, atol=1e-10)
+    assert np.all(np.diff(model.thresholds_) > 0)
