@@ -90,7 +90,6 @@ __all__ = [
     "decision_values",
     "predict_r_new",
     "predict_r_old",
-    "stratified_folds",
     "cv_npsvor",
     "CVResult",
 ]
@@ -609,19 +608,6 @@ class CVResult(NamedTuple):
     """(fold, class code) pairs where a class had no training rows in that fold."""
 
 
-def stratified_folds(codes, n_folds: int, seed: int) -> np.ndarray:
-    """Fold id (0..n_folds-1) per row, classes spread evenly over the folds (host side)."""
-    codes = np.asarray(codes)
-    rng = np.random.default_rng(seed)
-    fold = np.empty(codes.shape[0], dtype=np.int64)
-    start = 0
-    for k in np.unique(codes):
-        rows = rng.permutation(np.flatnonzero(codes == k))
-        fold[rows] = (start + np.arange(rows.size)) % n_folds
-        start += rows.size
-    return fold
-
-
 def _fold_mae(coef, X, codes, mask, predictor):
     F = decision_values(coef, X)
     pred = predict_r_new(F) if predictor == "new" else predict_r_old(F)
@@ -650,7 +636,8 @@ def cv_npsvor(X: EllMatrix, codes, n_classes: int, Cs, n_folds: int, eps, tol, k
         Cs: (nC,) positive C values.
         n_folds: number of folds (>= 2) when ``folds`` is None.
         sample_weight: optional (n,) row weights.
-        folds: optional (n,) fold ids 0..nF-1; default :func:`stratified_folds`.
+        folds: optional (n,) fold ids 0..nF-1; default: the stratified folds of
+            :func:`bayesord.datasets.kfold_masks` with ``seed``.
         predictor: ``"new"`` (r_new, Eq. 36) or ``"old"`` (r_old, Eq. 5).
         seed: seed of the fold assignment.
         one_call: solve the whole grid in one call (default).  With False, one call per C
@@ -663,7 +650,9 @@ def cv_npsvor(X: EllMatrix, codes, n_classes: int, Cs, n_folds: int, eps, tol, k
     """
     codes_np = np.asarray(codes)
     if folds is None:
-        folds = stratified_folds(codes_np, n_folds, seed)
+        from .datasets import kfold_masks
+
+        folds = np.argmin(kfold_masks(codes_np, n_folds, seed=seed), axis=0)
     folds = np.asarray(folds)
     n_f = int(folds.max()) + 1
     if n_f < 2:

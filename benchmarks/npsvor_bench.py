@@ -34,6 +34,7 @@ jax.config.update("jax_enable_x64", True)
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bayesord.datasets import kfold_masks, load_libsvm  # noqa: E402
 from bayesord._npsvor import (  # noqa: E402
     NPSVORConfig,
     cv_npsvor,
@@ -41,7 +42,6 @@ from bayesord._npsvor import (  # noqa: E402
     fit_npsvor,
     predict_r_new,
     predict_r_old,
-    stratified_folds,
     to_ell,
 )
 
@@ -51,11 +51,9 @@ CS = 2.0 ** np.arange(-5, 6)
 
 
 def load_treebank():
-    from sklearn.datasets import load_svmlight_file
-
-    Xtr, ytr = load_svmlight_file(str(DATA / "treebank.train"), n_features=8569)
-    Xte, yte = load_svmlight_file(str(DATA / "treebank.test"), n_features=8569)
-    return Xtr.tocsr(), ytr.astype(int) - 1, Xte.tocsr(), yte.astype(int) - 1
+    Xtr, ytr = load_libsvm(DATA / "treebank.train", n_features=8569)
+    Xte, yte = load_libsvm(DATA / "treebank.test", n_features=8569)
+    return Xtr, ytr.astype(int) - 1, Xte, yte.astype(int) - 1
 
 
 def liblinear_time(X, y, C, bias, repeats):
@@ -128,7 +126,7 @@ def single_fits(Xtr, ytr, Xte, yte, quick, rows):
 
 def cv_grid(Xtr, ytr, Xte, yte, quick, rows):
     """5-fold CV over the C grid; each time includes compilation (about 10 s, see above)."""
-    folds = stratified_folds(ytr, 5, seed=0)
+    folds = np.argmin(kfold_masks(ytr, 5, seed=0), axis=0)
     grid = CS[4:7] if quick else CS
     for bias in ((False,) if quick else (False, True)):
         from liblinear import liblinearutil as L

@@ -98,11 +98,11 @@ def test_cv_option_picks_from_grid(data):
 
 
 def _treebank(datasets_dir):
-    from sklearn.datasets import load_svmlight_file
+    from bayesord.datasets import load_libsvm
 
     tb = datasets_dir / "treebank"
-    Xtr, ytr = load_svmlight_file(str(tb / "treebank.train"), n_features=8569)
-    Xte, yte = load_svmlight_file(str(tb / "treebank.test"), n_features=8569)
+    Xtr, ytr = load_libsvm(tb / "treebank.train", n_features=8569)
+    Xte, yte = load_libsvm(tb / "treebank.test", n_features=8569)
     return Xtr, ytr.astype(int), Xte, yte.astype(int)
 
 
