@@ -211,7 +211,7 @@ def main():
     Xtr, ytr, Xte, yte = load_treebank()
     print("== Treebank, C = 1 (first call = compile + run; run = median of later calls)")
     single_fits(Xtr, ytr, Xte, yte, args.quick, rows)
-    print("== Treebank, 5-fold CV over C (one call, time includes compilation) vs the same "
+    print("== Treebank, 5-fold CV over C (time includes compilation) vs the same "
           "LIBLINEAR fits one after another")
     cv_grid(Xtr, ytr, Xte, yte, args.quick, rows)
     print("== synthetic sparse scale problem (fresh process each)")
