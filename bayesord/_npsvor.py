@@ -1,0 +1,692 @@
+"""Linear NPSVOR (nonparallel support vector ordinal regression) by dual coordinate descent.
+
+Source: Shi, Wang, Shen, Niu, "A Novel Large-scale Ordinal Regression Model"
+(NPSVOR paper below).  For each rank k = 1..p the training rows split into
+L_k (y < k), I_k (y = k) and R_k (y > k) (Eq. 1) and one hyperplane w_k solves Eq. (4)::
+
+    min_w  1/2 |w|^2 + C1 sum_{i in I_k} max(|w'x_i| - eps, 0)
+                     + C2 sum_{i not in I_k} max(1 - yt_i w'x_i, 0),
+
+with yt_i = +1 on R_k and -1 elsewhere.  A bias is a constant feature appended to x
+(Section 3), so it is regularised like every other weight.
+
+Dual problems
+-------------
+* DCD-1 (Section 3.1.1, Algorithm 1) works on the n + |I_k| variables of Eq. (6):
+  beta_i in [0, C2] off I_k and alpha_i^+, alpha_i^- in [0, C1] on I_k, with
+  w = -sum_I (alpha^+ - alpha^-) x_i + sum_{not I} yt_i beta_i x_i (Eq. 7).  Each variable is
+  a box coordinate with gradient G (Eq. 12), closed-form update (13), w update (14) and
+  projected gradient (18).
+* DCD-2 (Section 3.1.2, Algorithm 2) works on n variables alpha_i = alpha_i^+ - alpha_i^-
+  on I_k (Eq. 19-20), so that w = sum_i yt_i alpha_i x_i and the dual is::
+
+      min_alpha  1/2 |w|^2 + eps sum_I |alpha_i| - sum_{not I} alpha_i,
+      -C1 <= alpha_i <= C1 on I_k,   0 <= alpha_i <= C2 off I_k.
+
+  Off I_k the update is the clipped Newton step (22)-(23); on I_k it is the soft-threshold
+  solution (26)-(28).  Violations are (24) and (30); a pass stops the solve when
+  |v^t|_1 < tol |v^0|_1 (Eq. 31) over a full (unshrunk) pass.  Shrinking follows (32)-(34):
+  a variable stuck at a bound with a gradient beyond M (the previous pass's largest
+  violation) leaves the active set; when the shrunk problem meets the tolerance all
+  variables come back and M is reset to infinity (Algorithm 2, lines 27-28).
+
+  The extraction of (32) reads "alpha_i = 0 and v_i > M", but v_i = min(0, G) <= 0 there;
+  the test that makes sense (and the one LIBLINEAR uses) is on the gradient G itself, which
+  is what we implement (likewise in (33)).
+
+* ``"block"`` (not in the paper) visits the same permuted order in blocks of
+  ``block_size`` coordinates.  Every coordinate of a block computes its own DCD-2 step from
+  the same w; the block moves along the joint direction d by the exact minimiser t in
+  [0, 1] of the dual along alpha + t d (a convex piecewise quadratic, solved by sorting
+  its breakpoints), so the dual objective never increases.  With ``block_size=1`` it is
+  DCD-2 exactly.
+
+Zero rows (A_i = x_i'x_i = 0, possible without a bias) make the one-variable problems
+linear: the closed forms divide by A_i, so they are replaced by the linear minimiser
+(the upper bound for a hinge variable, zero for an epsilon-insensitive one).
+
+Batching
+--------
+The solver is written for a leading *problem* axis: the p rank problems, and for a grid
+the (C, fold, rank) problems, share the data and run together in one compiled loop.  Each
+step of the loop visits one coordinate (or block) of every problem at once, so the fixed
+cost of a loop iteration (about 8 us on XLA:CPU) is paid once for all problems.  A CV fold
+is a per-row weight of zero (rows with a zero upper bound never enter the active set).
+Problems that have converged do no-op steps until the last one finishes.  All problems of a
+call share one random row permutation per pass (from ``key``), so a problem's result does
+not depend on what else is in the batch.
+
+Sparse data
+-----------
+Rows are stored in padded-row (ELL) form, :class:`EllMatrix`: ``indices`` and ``values`` of
+shape (n, m) with m the largest number of non-zeros in a row (padding has value 0 and
+index 0).  Memory is n * m * (itemsize + 4) bytes; a dense matrix becomes m = d.  One
+coordinate step gathers and scatters one padded row per problem.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import scipy.sparse as sp
+from jax import lax
+
+import warnings
+
+from ._status import Status
+
+__all__ = [
+    "EllMatrix",
+    "NPSVORConfig",
+    "NPSVORResult",
+    "to_ell",
+    "rank_problems",
+    "fit_npsvor",
+    "fit_npsvor_problems",
+    "decision_values",
+    "predict_r_new",
+    "predict_r_old",
+    "cv_npsvor",
+    "CVResult",
+]
+
+SOLVERS = ("dcd1", "dcd2", "block")
+
+
+class EllMatrix(NamedTuple):
+    """Padded-row (ELL) sparse matrix, built on the host by :func:`to_ell`."""
+
+    indices: jax.Array
+    """(n, m) int32 column indices; padding entries are 0."""
+    values: jax.Array
+    """(n, m) floating values; padding entries are 0."""
+    sq_norms: jax.Array
+    """(n,) squared row norms A_i = x_i'x_i (Eq. 10)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class NPSVORConfig:
+    """Static settings of the solver (hashable, passed as a static argument).
+
+    Attributes:
+        n_features: length of w (data columns, plus one when a bias column was appended).
+        solver: ``"dcd2"`` (Algorithm 2, default), ``"dcd1"`` (Algorithm 1) or ``"block"``.
+        block_size: coordinates per step for ``"block"`` (ignored otherwise).
+        shrinking: use the shrinking rules (32)-(34) (DCD-2 and block only; Algorithm 1
+            has none).
+        max_iter: cap on passes over the data.
+        unroll: coordinate steps (or blocks) done per iteration of the inner loop.  The
+            steps are still done one after another (the result does not change); unrolling
+            only amortises the fixed cost of a loop iteration.
+    """
+
+    n_features: int
+    solver: str = "dcd2"
+    block_size: int = 1
+    shrinking: bool = True
+    max_iter: int = 1000
+    unroll: int = 4
+
+    def __post_init__(self):
+        if self.solver not in SOLVERS:
+            raise ValueError(f"solver must be one of {SOLVERS}, got {self.solver!r}")
+        if self.block_size < 1:
+            raise ValueError(f"block_size must be >= 1, got {self.block_size}")
+        if self.max_iter < 1:
+            raise ValueError(f"max_iter must be >= 1, got {self.max_iter}")
+        if self.unroll < 1:
+            raise ValueError(f"unroll must be >= 1, got {self.unroll}")
+
+
+class NPSVORResult(NamedTuple):
+    """Solution of a batch of NPSVOR rank problems (leading axes: the problem batch)."""
+
+    coef: jax.Array
+    """(..., d) hyperplane w of each problem (bias last when a bias column was used)."""
+    alpha: jax.Array
+    """(..., n) dual variables in DCD-2 form (Eq. 19): alpha_i^+ - alpha_i^- on I_k."""
+    alpha_minus: jax.Array
+    """(..., n) alpha_i^- of Eq. (6) on I_k (for DCD-2 it is max(-alpha_i, 0)); 0 elsewhere."""
+    primal: jax.Array
+    """(...) primal objective of Eq. (4) at coef."""
+    dual: jax.Array
+    """(...) dual objective of Eq. (6)/(20) with the sign that makes it a lower bound."""
+    gap: jax.Array
+    """(...) duality gap primal - dual (>= 0 up to rounding)."""
+    n_iter: jax.Array
+    """(...) passes over the data (outer iterations t of Algorithms 1-2)."""
+    n_updates: jax.Array
+    """(...) coordinate visits (each computes a gradient and possibly an update)."""
+    violation: jax.Array
+    """(...) ratio |v^t|_1 / |v^0|_1 of the last pass (Eq. 31)."""
+    converged: jax.Array
+    """(...) whether the stopping rule (31) was met on a full pass."""
+    status: jax.Array
+    """(...) int32 :class:`~bayesord._status.Status` code."""
+
+
+# --------------------------------------------------------------------------- host helpers
+
+
+def to_ell(X, *, bias: float | None = None, dtype=None) -> EllMatrix:
+    """Convert a dense array or scipy.sparse matrix to padded-row form (host side).
+
+    A CSR matrix is canonicalised on a copy first: duplicate entries are summed and indices
+    sorted, so duplicates are never mis-read.  Explicit zeros are kept as padding-like
+    entries (harmless).
+
+    Args:
+        X: (n, d) dense array or scipy.sparse matrix.
+        bias: when given, a constant column with this value is appended (index d).
+        dtype: floating dtype of the values (default: float64 if X64 is on, else float32).
+
+    Returns:
+        :class:`EllMatrix` with m = max non-zeros per row (+1 with a bias), at least 1.
+    """
+    if dtype is None:
+        dtype = np.float64 if jax.config.read("jax_enable_x64") else np.float32
+    if sp.issparse(X):
+        Xc = sp.csr_matrix(X, copy=True)
+        Xc.sum_duplicates()
+        Xc.sort_indices()
+        n, d = Xc.shape
+        lengths = np.diff(Xc.indptr)
+        m = max(int(lengths.max(initial=0)), 1)
+        cols = np.arange(m)[None, :]
+        mask = cols < lengths[:, None]
+        idx = np.zeros((n, m), dtype=np.int32)
+        val = np.zeros((n, m), dtype=dtype)
+        idx[mask] = Xc.indices
+        val[mask] = Xc.data
+    else:
+        arr = np.asarray(X, dtype=dtype)
+        n, d = arr.shape
+        idx = np.broadcast_to(np.arange(d, dtype=np.int32), (n, d)).copy()
+        val = arr.copy()
+    if bias is not None:
+        idx = np.concatenate([idx, np.full((n, 1), d, dtype=np.int32)], axis=1)
+        val = np.concatenate([val, np.full((n, 1), bias, dtype=dtype)], axis=1)
+    sq = np.einsum("ij,ij->i", val, val)
+    return EllMatrix(jnp.asarray(idx), jnp.asarray(val), jnp.asarray(sq))
+
+
+def rank_problems(codes, n_classes: int, C1, C2, sample_weight=None):
+    """Per-rank problem description (Eq. 1): signs, I_k membership and upper bounds.
+
+    Args:
+        codes: (n,) int labels 0..p-1.
+        n_classes: p.
+        C1, C2: scalars or arrays broadcastable to a leading batch shape S.
+        sample_weight: (n,) or (*S, n) non-negative weights (a CV fold is a 0/1 weight);
+            a weight multiplies the row's C, which is exactly the weighted loss.
+
+    Returns:
+        (ytilde, in_I, upper), each of shape (*S, p, n): yt_ki = +1 if y_i > k else -1,
+        in_I = (y_i == k), upper = C1 * s_i on I_k and C2 * s_i elsewhere.
+    """
+    codes = jnp.asarray(codes)
+    k = jnp.arange(n_classes)[:, None]
+    ytilde = jnp.where(codes[None, :] > k, 1.0, -1.0)
+    in_I = codes[None, :] == k
+    C1 = jnp.asarray(C1)[..., None, None]
+    C2 = jnp.asarray(C2)[..., None, None]
+    sw = jnp.ones(codes.shape) if sample_weight is None else jnp.asarray(sample_weight)
+    upper = jnp.where(in_I, C1, C2) * sw[..., None, :]
+    shape = upper.shape
+    return (jnp.broadcast_to(ytilde, shape).astype(upper.dtype),
+            jnp.broadcast_to(in_I, shape), upper)
+
+
+# --------------------------------------------------------------------------- the solver
+
+
+class _Vars(NamedTuple):
+    """Per-problem coordinate description, shape (P, V)."""
+
+    row: jax.Array   # (V,) data row of each variable
+    sgn: jax.Array   # sign s_j: w = sum_j s_j beta_j x_row(j)
+    lin: jax.Array   # linear coefficient of a box variable (-1 hinge, eps for DCD-1 on I)
+    lo: jax.Array    # lower bound
+    hi: jax.Array    # upper bound
+    soft: jax.Array  # True: DCD-2 epsilon-insensitive variable in [-U, U] with eps|alpha|
+
+
+def _variables(ytilde, in_I, upper, eps, solver):
+    """Lay out the dual variables of Eq. (6) (DCD-1) or Eq. (20) (DCD-2 / block)."""
+    P, n = ytilde.shape
+    zero = jnp.zeros_like(upper)
+    eps_b = jnp.broadcast_to(eps[:, None], (P, n))
+    if solver == "dcd1":
+        # first n: beta_i off I (sign yt_i, lin -1) and alpha_i^+ on I (sign -1, lin eps);
+        # last n: alpha_i^- on I (sign +1, lin eps), absent (upper 0) off I.
+        sgn = jnp.concatenate([ytilde, jnp.ones_like(ytilde)], axis=1)
+        lin = jnp.concatenate([jnp.where(in_I, eps_b, -1.0), eps_b], axis=1)
+        hi = jnp.concatenate([upper, jnp.where(in_I, upper, 0.0)], axis=1)
+        lo = jnp.concatenate([zero, zero], axis=1)
+        soft = jnp.zeros((P, 2 * n), dtype=bool)
+        row = jnp.concatenate([jnp.arange(n), jnp.arange(n)]).astype(jnp.int32)
+    else:
+        sgn = ytilde
+        lin = jnp.where(in_I, 0.0, -1.0).astype(upper.dtype)
+        hi = upper
+        lo = jnp.where(in_I, -upper, 0.0)
+        soft = in_I
+        row = jnp.arange(n, dtype=jnp.int32)
+    return _Vars(row, sgn, lin, lo, hi, soft)
+
+
+def _coordinate_step(alpha, B, A, lin, lo, hi, soft, eps, M):
+    """One-variable DCD steps for a batch of coordinates (all arrays broadcast together).
+
+    Returns (d, v, shrink): the step to the one-variable minimiser ((13), (22) or
+    (26)-(27)), the violation ((18)/(24) or (30)) and the shrinking test ((32)-(33)).
+    """
+    safe_A = jnp.where(A > 0, A, 1.0)
+    pos_A = A > 0
+    at_lo = alpha <= lo
+    at_hi = alpha >= hi
+
+    # Box variable: gradient G = B + lin (Eq. 12 / 23), clipped Newton step (13) / (22).
+    G = B + lin
+    v_box = jnp.where(at_lo & at_hi, 0.0,
+                      jnp.where(at_lo, jnp.minimum(G, 0.0),
+                                jnp.where(at_hi, jnp.maximum(G, 0.0), G)))
+    newton = jnp.clip(alpha - G / safe_A, lo, hi)
+    linear = jnp.where(G < 0, hi, jnp.where(G > 0, lo, alpha))  # A_i = 0: linear in s
+    d_box = jnp.where(pos_A, newton, linear) - alpha
+    shrink_box = (at_lo & (G > M)) | (at_hi & (G < -M))
+
+    # Epsilon-insensitive variable: g'_p = B + eps, g'_n = B - eps at alpha (Eq. 28).
+    gp = B + eps
+    gn = B - eps
+    is_zero = alpha == 0
+    v_soft = jnp.where(alpha > 0, jnp.where(at_hi, jnp.maximum(gp, 0.0), gp),
+                       jnp.where(alpha < 0, jnp.where(at_lo, jnp.minimum(gn, 0.0), gn),
+                                 jnp.maximum(gn, 0.0) - jnp.minimum(gp, 0.0)))
+    # (27): soft-threshold step; with A_i = 0 the minimiser of eps|s| + B s (B = 0) is 0.
+    Aa = A * alpha
+    d_soft = jnp.where(gp < Aa, -gp / safe_A, jnp.where(gn > Aa, -gn / safe_A, -alpha))
+    d_soft = jnp.where(pos_A, jnp.clip(alpha + d_soft, lo, hi), 0.0) - alpha
+    shrink_soft = ((is_zero & (gn < -M) & (gp > M))
+                   | (at_hi & ~is_zero & (gp < -M))
+                   | (at_lo & ~is_zero & (gn > M)))
+
+    d = jnp.where(soft, d_soft, d_box)
+    v = jnp.where(soft, v_soft, v_box)
+    shrink = jnp.where(soft, shrink_soft, shrink_box)
+    return d, v, shrink
+
+
+def _line_search(d, alpha, B, lin, soft, eps, a):
+    """Exact minimiser over t in [0, 1] of the dual along alpha + t d (block variant).
+
+    phi'(t) = a t + c + eps * sum_soft d_i sign(alpha_i + t d_i) with a = |Delta w|^2 and
+    c = sum_i d_i (B_i + lin_i); the soft terms jump by 2 eps |d_i| at their breakpoints
+    t_i = -alpha_i / d_i, so sorting the breakpoints gives phi' on every piece.
+
+    Args: (P, b) arrays except eps, a of shape (P,).
+    Returns: t of shape (P,).
+    """
+    c = jnp.sum(d * (B + jnp.where(soft, 0.0, lin)), axis=1)
+    sign0 = jnp.where(alpha != 0, jnp.sign(alpha), jnp.sign(d))
+    k0 = eps * jnp.sum(jnp.where(soft, sign0 * d, 0.0), axis=1)
+    crosses = soft & (alpha * d < 0)
+    t_brk = jnp.where(crosses, -alpha / jnp.where(d != 0, d, 1.0), jnp.inf)
+    jump = jnp.where(crosses, 2.0 * eps[:, None] * jnp.abs(d), 0.0)
+    order = jnp.argsort(t_brk, axis=1)
+    s = jnp.take_along_axis(t_brk, order, axis=1)
+    K = k0[:, None] + jnp.concatenate(
+        [jnp.zeros_like(c)[:, None], jnp.cumsum(jnp.take_along_axis(jump, order, axis=1), 1)], 1)
+    # pieces j = 0..b: [s_{j-1}, s_j] with s_{-1} = 0, last right end 1.
+    left = jnp.minimum(jnp.concatenate([jnp.zeros_like(c)[:, None], s], 1), 1.0)
+    right = jnp.minimum(jnp.concatenate([s, jnp.ones_like(c)[:, None]], 1), 1.0)
+    slope_right = a[:, None] * right + c[:, None] + K
+    first = jnp.argmax(slope_right >= 0, axis=1)
+    none = ~jnp.any(slope_right >= 0, axis=1)
+    Kj = jnp.take_along_axis(K, first[:, None], 1)[:, 0]
+    lj = jnp.take_along_axis(left, first[:, None], 1)[:, 0]
+    rj = jnp.take_along_axis(right, first[:, None], 1)[:, 0]
+    safe_a = jnp.where(a > 0, a, 1.0)
+    t = jnp.where(a > 0, jnp.clip(-(c + Kj) / safe_a, lj, rj), lj)
+    return jnp.where(none, 1.0, t)
+
+
+def _objectives(w, alpha_v, vars_, X, in_I, ytilde, upper, eps, n):
+    """Primal (4) and dual (6)/(20) objectives of one problem (unbatched)."""
+    wx = jnp.sum(X.values * w[X.indices], axis=1)
+    hinge = jnp.maximum(1.0 - ytilde * wx, 0.0)
+    tube = jnp.maximum(jnp.abs(wx) - eps, 0.0)
+    half_ww = 0.5 * jnp.dot(w, w)
+    primal = half_ww + jnp.sum(upper * jnp.where(in_I, tube, hinge))
+    lin_term = jnp.sum(jnp.where(vars_.soft, eps * jnp.abs(alpha_v), vars_.lin * alpha_v))
+    dual = -(half_ww + lin_term)
+    return primal, dual
+
+
+def fit_npsvor_problems(X: EllMatrix, ytilde, in_I, upper, eps, tol, key,
+                        config: NPSVORConfig) -> NPSVORResult:
+    """Solve a flat batch of NPSVOR rank problems that share the data.
+
+    Args:
+        X: (n, m) padded rows (:func:`to_ell`); a bias column, if any, is already in X.
+        ytilde: (P, n) yt_ki in {-1, +1} (use :func:`rank_problems`).
+        in_I: (P, n) bool, membership of I_k.
+        upper: (P, n) per-row upper bounds (C1 or C2 times the row weight); 0 removes a row.
+        eps: (P,) or scalar epsilon of the insensitive zone (>= 0).
+        tol: (P,) or scalar relative stopping tolerance eps_s of Eq. (31).
+        key: PRNG key for the per-pass random permutation.
+        config: :class:`NPSVORConfig` (static).
+
+    Returns:
+        :class:`NPSVORResult` with leading axis P.
+    """
+    return _fit_problems(X, ytilde, in_I, upper, eps, tol, key, config)
+
+
+def _solve(X, ytilde, in_I, upper, eps, tol, key, config):
+    dtype = X.values.dtype
+    P, n = ytilde.shape
+    d = config.n_features
+    eps = jnp.broadcast_to(jnp.asarray(eps, dtype), (P,))
+    tol = jnp.broadcast_to(jnp.asarray(tol, dtype), (P,))
+    ytilde = ytilde.astype(dtype)
+    upper = upper.astype(dtype)
+    vars_ = _variables(ytilde, in_I, upper, eps, config.solver)
+    V = vars_.row.shape[0]
+    b = config.block_size if config.solver == "block" else 1
+    U = config.unroll
+    shrinking = config.shrinking and config.solver != "dcd1"
+    movable = vars_.hi > vars_.lo  # a zero-width box never enters the active set
+    n_movable = jnp.sum(movable, axis=1).astype(jnp.int32)
+    pidx = jnp.arange(P)[:, None]
+    inf = jnp.asarray(jnp.inf, dtype)
+
+    def block_step(s, carry):
+        w, alpha, active, order, n_act, M, vsum, vmax, nupd = carry
+        pos = s * b + jnp.arange(b)
+        valid = pos[None, :] < n_act[:, None]
+        var = lax.dynamic_slice_in_dim(order, s * b, b, axis=1)
+        row = vars_.row[var]
+        cols = X.indices[row]
+        vals = X.values[row]
+        wx = jnp.sum(vals * w[pidx[:, :, None], cols], axis=2)
+        take = lambda a: jnp.take_along_axis(a, var, axis=1)  # noqa: E731
+        sgn, lin, lo, hi, soft = (take(vars_.sgn), take(vars_.lin), take(vars_.lo),
+                                  take(vars_.hi), take(vars_.soft))
+        a_var = take(alpha)
+        B = sgn * wx
+        A = X.sq_norms[row]
+        step, v, shrink = _coordinate_step(a_var, B, A, lin, lo, hi, soft, eps[:, None],
+                                           M[:, None])
+        shrink = shrink & valid & shrinking
+        step = jnp.where(valid & ~shrink, step, 0.0)
+        v = jnp.where(valid & ~shrink, v, 0.0)
+        coef = step * sgn
+        if b == 1:
+            w = w.at[pidx[:, :, None], cols].add(coef[:, :, None] * vals)
+            t = jnp.ones((P,), dtype)
+        else:
+            w_full = w.at[pidx[:, :, None], cols].add(coef[:, :, None] * vals)
+            wx_full = jnp.sum(vals * w_full[pidx[:, :, None], cols], axis=2)
+            a = jnp.sum(coef * (wx_full - wx), axis=1)  # |Delta w|^2
+            t = _line_search(step, a_var, B, lin, soft, eps, jnp.maximum(a, 0.0))
+            back = (t - 1.0)[:, None] * coef
+            w = w_full.at[pidx[:, :, None], cols].add(back[:, :, None] * vals)
+        alpha = alpha.at[pidx, var].add(t[:, None] * step)
+        active = active.at[pidx, var].min(jnp.where(shrink, 0, 1).astype(jnp.int8))
+        vsum = vsum + jnp.sum(jnp.abs(v), axis=1)
+        vmax = jnp.maximum(vmax, jnp.max(jnp.abs(v), axis=1))
+        nupd = nupd + jnp.sum(valid, axis=1).astype(jnp.int32)
+        return w, alpha, active, order, n_act, M, vsum, vmax, nupd
+
+    def one_pass(state):
+        w, alpha, active, M, v0, it, done, conv, ratio, nupd, k = state
+        k, sub = jax.random.split(k)
+        perm = jax.random.permutation(sub, V).astype(jnp.int32)
+        act = (active[:, perm] > 0) & ~done[:, None]
+        slot = jnp.cumsum(act, axis=1) - 1
+        order = jnp.zeros((P, V + b * U), jnp.int32).at[
+            pidx, jnp.where(act, slot, V + b * U)].set(jnp.broadcast_to(perm, (P, V)), mode="drop")
+        n_act = jnp.sum(act, axis=1).astype(jnp.int32)
+        n_steps = (jnp.max(n_act) + b * U - 1) // (b * U)
+        zeros = jnp.zeros((P,), dtype)
+        carry = (w, alpha, active, order, n_act, M, zeros, zeros, nupd)
+
+        def unrolled(s, carry):
+            for u in range(U):
+                carry = block_step(s * U + u, carry)
+            return carry
+
+        w, alpha, active, _, _, _, vsum, vmax, nupd = lax.fori_loop(
+            0, n_steps, unrolled, carry)
+        first = it == 0
+        v0 = jnp.where(first & ~done, vsum, v0)
+        met = vsum <= tol * v0
+        full = n_act == n_movable
+        finished = ~done & met & full
+        restart = ~done & met & ~full
+        active = jnp.where(restart[:, None], movable.astype(jnp.int8), active)
+        M = jnp.where(done, M, jnp.where(restart | ~jnp.asarray(shrinking), inf, vmax))
+        ratio = jnp.where(done, ratio, vsum / jnp.where(v0 > 0, v0, 1.0))
+        it = jnp.where(done, it, it + 1)
+        conv = conv | finished
+        done = done | finished
+        return w, alpha, active, M, v0, it, done, conv, ratio, nupd, k
+
+    def cond(state):
+        done, it = state[6], state[5]
+        return jnp.any(~done & (it < config.max_iter))
+
+    state = (jnp.zeros((P, d), dtype), jnp.zeros((P, V), dtype), movable.astype(jnp.int8),
+             jnp.full((P,), jnp.inf, dtype), jnp.zeros((P,), dtype),
+             jnp.zeros((P,), jnp.int32), jnp.zeros((P,), bool), jnp.zeros((P,), bool),
+             jnp.full((P,), jnp.inf, dtype), jnp.zeros((P,), jnp.int32), key)
+    # Problems whose variables are all fixed (every row weight 0) are solved at alpha = 0.
+    none_movable = n_movable == 0
+    state = state[:6] + (none_movable, none_movable, jnp.where(none_movable, 0.0, state[8]),
+                         state[9], key)
+    w, alpha_v, _, _, _, it, done, conv, ratio, nupd, _ = lax.while_loop(cond, one_pass, state)
+
+    if config.solver == "dcd1":
+        alpha = alpha_v[:, :n] - alpha_v[:, n:]
+        alpha_minus = alpha_v[:, n:]
+    else:
+        alpha = alpha_v
+        alpha_minus = jnp.where(in_I, jnp.maximum(-alpha_v, 0.0), 0.0)
+    primal, dual = lax.map(
+        lambda a: _objectives(a[0], a[1], _Vars(vars_.row, a[2], a[3], a[4], a[5], a[6]),
+                              X, a[7], a[8], a[9], a[10], n),
+        (w, alpha_v, vars_.sgn, vars_.lin, vars_.lo, vars_.hi, vars_.soft, in_I, ytilde,
+         upper, eps))
+    finite = jnp.all(jnp.isfinite(w), axis=1) & jnp.isfinite(primal) & jnp.isfinite(dual)
+    status = jnp.where(~finite, Status.NONFINITE,
+                       jnp.where(conv, Status.SUCCESS, Status.MAX_ITER)).astype(jnp.int32)
+    return NPSVORResult(w, alpha, alpha_minus, primal, dual, primal - dual, it, nupd, ratio,
+                        conv & finite, status)
+
+
+_fit_problems = jax.jit(_solve, static_argnames=("config",))
+
+
+def fit_npsvor(X: EllMatrix, codes, n_classes: int, C1, C2, eps, tol, key,
+               config: NPSVORConfig, sample_weight=None) -> NPSVORResult:
+    """Fit all p rank hyperplanes of linear NPSVOR (Eq. 4), for one or a grid of settings.
+
+    C1, C2 may carry a leading batch shape S (a grid of C values, CV folds) and
+    ``sample_weight`` may be (n,) or (*S, n) (a fold is a 0/1 weight); all (S, p) problems
+    are solved in one compiled call.
+
+    Args:
+        X: :class:`EllMatrix` from :func:`to_ell` (with the bias column if wanted).
+        codes: (n,) int labels 0..p-1.
+        n_classes: p (static).
+        C1, C2: positive penalties for I_k and for the other rows, scalars or shape S.
+        eps: epsilon >= 0 of the insensitive zone (scalar).
+        tol: relative stopping tolerance eps_s of Eq. (31) (the paper uses 0.1).
+        key: PRNG key for the pass permutations.
+        config: :class:`NPSVORConfig`.
+        sample_weight: optional non-negative row weights.
+
+    Returns:
+        :class:`NPSVORResult` with leading axes (*S, p).
+
+    Example:
+        >>> import jax, numpy as np
+        >>> X = to_ell(np.random.default_rng(0).normal(size=(30, 4)), bias=1.0)
+        >>> codes = np.repeat([0, 1, 2], 10)
+        >>> res = fit_npsvor(X, codes, 3, 1.0, 1.0, 0.1, 0.1, jax.random.key(0),
+        ...                  NPSVORConfig(n_features=5))
+        >>> res.coef.shape
+        (3, 5)
+    """
+    ytilde, in_I, upper = rank_problems(codes, n_classes, C1, C2, sample_weight)
+    upper = upper.astype(X.values.dtype)
+    batch = upper.shape[:-1]
+    flat = lambda a: a.reshape((-1, a.shape[-1]))  # noqa: E731
+    eps_b = jnp.broadcast_to(jnp.asarray(eps, X.values.dtype), batch).reshape(-1)
+    tol_b = jnp.broadcast_to(jnp.asarray(tol, X.values.dtype), batch).reshape(-1)
+    res = _fit_problems(X, flat(ytilde), flat(in_I), flat(upper), eps_b, tol_b, key, config)
+    return jax.tree_util.tree_map(lambda a: a.reshape(batch + a.shape[1:]), res)
+
+
+# --------------------------------------------------------------------------- prediction
+
+
+@jax.jit
+def decision_values(coef, X: EllMatrix):
+    """f_k(x) = w_k'x for every row and rank.
+
+    Args:
+        coef: (p, d) hyperplanes (bias column included when X has one).
+        X: (n, m) padded rows.
+
+    Returns:
+        (n, p) decision values.
+    """
+    return jnp.einsum("nm,nmp->np", X.values, coef.T[X.indices])
+
+
+@jax.jit
+def predict_r_old(F):
+    """r_old (Eq. 5): the rank of the nearest hyperplane, argmin_k |f_k(x)| (0-based)."""
+    return jnp.argmin(jnp.abs(F), axis=1).astype(jnp.int32)
+
+
+@jax.jit
+def predict_r_new(F):
+    """r_new (Eq. 35-36): 1 + #{k < p : f_k(x) + f_{k+1}(x) > 0}, returned 0-based.
+
+    Each g_k = f_k + f_{k+1} votes "above rank k".  The count is a valid rank even when the
+    hyperplanes cross and the votes are not monotone in k (then it counts the positive
+    votes wherever they are).
+    """
+    g = F[:, :-1] + F[:, 1:]
+    return jnp.sum(g > 0, axis=1).astype(jnp.int32)
+
+
+# --------------------------------------------------------------------------- cross-validation
+
+
+class CVResult(NamedTuple):
+    """A C grid x CV folds fitted in one call (host arrays)."""
+
+    Cs: np.ndarray
+    """(nC,) the C values (C1 = C2 = C)."""
+    fold_mae: np.ndarray
+    """(nC, nF) validation MAE of each fold (predictor as requested)."""
+    mean_mae: np.ndarray
+    """(nC,) mean validation MAE over the folds."""
+    best_C: float
+    """C with the smallest mean MAE (the smallest such C on ties)."""
+    fits: NPSVORResult
+    """All fits, leading axes (nC, nF, p): objectives, gap, n_iter, converged, status."""
+    missing: list
+    """(fold, class code) pairs where a class had no training rows in that fold."""
+
+
+def _fold_mae(coef, X, codes, mask, predictor):
+    F = decision_values(coef, X)
+    pred = predict_r_new(F) if predictor == "new" else predict_r_old(F)
+    err = jnp.abs(pred - codes).astype(coef.dtype)
+    return jnp.sum(jnp.where(mask, err, 0.0)) / jnp.maximum(jnp.sum(mask), 1)
+
+
+_fold_maes = jax.jit(
+    lambda coefs, X, codes, masks, predictor: lax.map(
+        lambda cm: _fold_mae(cm[0], X, codes, cm[1], predictor), (coefs, masks)),
+    static_argnames=("predictor",))
+
+
+def cv_npsvor(X: EllMatrix, codes, n_classes: int, Cs, n_folds: int, eps, tol, key,
+              config: NPSVORConfig, *, sample_weight=None, folds=None, predictor="new",
+              seed: int = 0, one_call: bool = True) -> CVResult:
+    """K-fold cross-validation of C (C1 = C2 = C) by validation MAE, all fits in one call.
+
+    The (nC, nF, p) rank problems are solved together by :func:`fit_npsvor`: a fold is a
+    0/1 row weight, so the data are shared.  A class with no training rows in some fold is
+    reported (a ``UserWarning`` and ``missing``); its hyperplane is then fitted with an
+    empty I_k, which is well defined.
+
+    Args:
+        X, codes, n_classes, eps, tol, key, config: as for :func:`fit_npsvor`.
+        Cs: (nC,) positive C values.
+        n_folds: number of folds (>= 2) when ``folds`` is None.
+        sample_weight: optional (n,) row weights.
+        folds: optional (n,) fold ids 0..nF-1; default: the stratified folds of
+            :func:`bayesord.datasets.kfold_masks` with ``seed``.
+        predictor: ``"new"`` (r_new, Eq. 36) or ``"old"`` (r_old, Eq. 5).
+        seed: seed of the fold assignment.
+        one_call: solve the whole grid in one call (default).  With False, one call per C
+            value (same shapes, so one compilation): problems with a small C converge in a
+            few passes and no longer wait, as no-op steps, for the large-C ones, which does
+            less work in total when the C values span a wide range.
+
+    Returns:
+        :class:`CVResult`.
+    """
+    codes_np = np.asarray(codes)
+    if folds is None:
+        from .datasets import kfold_masks
+
+        folds = np.argmin(kfold_masks(codes_np, n_folds, seed=seed), axis=0)
+    folds = np.asarray(folds)
+    n_f = int(folds.max()) + 1
+    if n_f < 2:
+        raise ValueError("cross-validation needs at least 2 folds")
+    missing = []
+    for f in range(n_f):
+        present = set(np.unique(codes_np[folds != f]).tolist())
+        for k in range(n_classes):
+            if k not in present:
+                missing.append((f, k))
+    if missing:
+        warnings.warn(
+            "cross-validation: some classes have no training rows in some folds "
+            f"(fold, class code): {missing}; those rank hyperplanes are fitted with an empty "
+            "I_k", UserWarning, stacklevel=2)
+    Cs = np.asarray(Cs, dtype=np.float64)
+    dtype = X.values.dtype
+    train = (folds[None, :] != np.arange(n_f)[:, None]).astype(dtype)
+    sw = np.ones(codes_np.shape[0]) if sample_weight is None else np.asarray(sample_weight)
+    weights = jnp.asarray(train * sw[None, :], dtype)
+    if one_call:
+        C = jnp.asarray(Cs, dtype)[:, None]
+        fits = fit_npsvor(X, codes_np, n_classes, C, C, eps, tol, key, config,
+                          sample_weight=jnp.broadcast_to(weights, (Cs.size, n_f, codes_np.size)))
+    else:
+        each = [fit_npsvor(X, codes_np, n_classes, jnp.full((n_f,), c, dtype),
+                           jnp.full((n_f,), c, dtype), eps, tol, key, config,
+                           sample_weight=weights) for c in Cs]
+        fits = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *each)
+    masks = jnp.asarray(np.broadcast_to(~train.astype(bool), (Cs.size, n_f, codes_np.size))
+                        .reshape(-1, codes_np.size))
+    coefs = fits.coef.reshape((-1,) + fits.coef.shape[2:])
+    fold_mae = np.asarray(_fold_maes(coefs, X, jnp.asarray(codes_np), masks, predictor))
+    fold_mae = fold_mae.reshape(Cs.size, n_f)
+    mean_mae = fold_mae.mean(axis=1)
+    best = float(Cs[int(np.argmin(mean_mae))])
+    return CVResult(Cs, fold_mae, mean_mae, best, fits, missing)

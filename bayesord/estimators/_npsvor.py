@@ -1,0 +1,223 @@
+"""scikit-learn estimator for linear NPSVOR (numerics in :mod:`bayesord._npsvor`)."""
+
+from __future__ import annotations
+
+import numbers
+
+import jax
+import numpy as np
+from sklearn.utils import check_random_state
+from sklearn.utils.validation import check_is_fitted
+
+from .._npsvor import (
+    SOLVERS,
+    NPSVORConfig,
+    cv_npsvor,
+    decision_values,
+    fit_npsvor,
+    predict_r_new,
+    predict_r_old,
+    to_ell,
+)
+from .._status import check_status
+from .._validation import float_dtype
+from ._base import OrdinalEstimator
+
+__all__ = ["NPSVOR"]
+
+
+def _positive(name, value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {value!r}")
+    if not np.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be positive and finite, got {value!r}")
+    return float(value)
+
+
+class NPSVOR(OrdinalEstimator):
+    """Linear nonparallel support vector ordinal regression (Shi, Wang, Shen, Niu).
+
+    One hyperplane per rank k: close to the rows of rank k (epsilon-insensitive loss,
+    weight C1) and with the lower ranks on its negative side and the higher ranks on its
+    positive side (hinge loss, weight C2), Eq. (4).  Trained by dual coordinate descent;
+    sparse CSR input is never densified.
+
+    Args:
+        C: penalty used for both C1 and C2 unless they are given.
+        C1: penalty of the epsilon-insensitive loss on rank k's own rows.
+        C2: penalty of the hinge loss on the other rows.
+        epsilon: half-width of the insensitive zone (>= 0), 0.1 in the paper.
+        tol: relative stopping tolerance eps_s of Eq. (31), 0.1 in the paper.
+        fit_intercept: append a constant feature (its weight is the intercept; it is
+            regularised like the other weights, as in LIBLINEAR).
+        intercept_scaling: value of that constant feature.
+        solver: ``"dcd2"`` (Algorithm 2, default), ``"dcd1"`` (Algorithm 1) or
+            ``"block"`` (blocks of coordinates with an exact line search; faster on
+            sparse data without an intercept).
+        block_size: coordinates per block for ``solver="block"``.
+        shrinking: use the shrinking heuristic of Algorithm 2.
+        predictor: ``"new"`` (r_new, Eq. 36, default) or ``"old"`` (nearest hyperplane, Eq. 5).
+        max_iter: cap on passes over the data.
+        Cs: when given, C is chosen from these values by ``cv``-fold cross-validation on
+            MAE (all folds and values fitted in one compiled call), then the model is refit
+            on all rows; C1 and C2 must then be None.
+        cv: number of folds for ``Cs``.
+        classes: the labels in increasing order (needed for string labels).
+        random_state: seed or ``RandomState`` for the coordinate order and the folds.
+
+    Attributes:
+        coef_: (p, d) hyperplanes w_k.
+        intercept_: (p,) biases b_k (only when ``fit_intercept``).
+        dual_coef_: (p, n) dual variables alpha (Eq. 19).
+        n_iter_: (p,) passes per rank.
+        converged_: (p,) whether each rank met the tolerance.
+        duality_gap_: (p,) primal minus dual objective.
+        primal_objective_, dual_objective_: (p,) objectives of Eq. (4) and Eq. (20).
+        classes_: the ordered labels.
+        C_: the C used for the final fit (chosen by CV when ``Cs`` is given).
+        cv_results_: dict with ``Cs``, ``mean_mae``, ``fold_mae`` (only with ``Cs``).
+
+    Example:
+        >>> import numpy as np
+        >>> from bayesord.estimators._npsvor import NPSVOR
+        >>> rng = np.random.default_rng(0)
+        >>> X = rng.normal(size=(90, 3)); y = np.digitize(X @ [1.0, -1.0, 0.5], [-1, 1])
+        >>> model = NPSVOR(C=1.0, random_state=0).fit(X, y)
+        >>> model.predict(X[:3]).shape
+        (3,)
+    """
+
+    _accept_sparse = True
+
+    def __init__(self, C=1.0, *, C1=None, C2=None, epsilon=0.1, tol=0.1, fit_intercept=True,
+                 intercept_scaling=1.0, solver="dcd2", block_size=64, shrinking=True,
+                 predictor="new", max_iter=1000, Cs=None, cv=5, classes=None,
+                 random_state=None):
+        self.C = C
+        self.C1 = C1
+        self.C2 = C2
+        self.epsilon = epsilon
+        self.tol = tol
+        self.fit_intercept = fit_intercept
+        self.intercept_scaling = intercept_scaling
+        self.solver = solver
+        self.block_size = block_size
+        self.shrinking = shrinking
+        self.predictor = predictor
+        self.max_iter = max_iter
+        self.Cs = Cs
+        self.cv = cv
+        self.classes = classes
+        self.random_state = random_state
+
+    def _check_params(self):
+        C1 = _positive("C1", self.C if self.C1 is None else self.C1)
+        C2 = _positive("C2", self.C if self.C2 is None else self.C2)
+        if isinstance(self.epsilon, bool) or not isinstance(self.epsilon, numbers.Real):
+            raise TypeError(f"epsilon must be a real number, got {self.epsilon!r}")
+        if not np.isfinite(self.epsilon) or self.epsilon < 0:
+            raise ValueError(f"epsilon must be >= 0 and finite, got {self.epsilon!r}")
+        tol = _positive("tol", self.tol)
+        if self.solver not in SOLVERS:
+            raise ValueError(f"solver must be one of {SOLVERS}, got {self.solver!r}")
+        if self.predictor not in ("new", "old"):
+            raise ValueError(f"predictor must be 'new' or 'old', got {self.predictor!r}")
+        if self.fit_intercept:
+            _positive("intercept_scaling", self.intercept_scaling)
+        for name in ("max_iter", "block_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        Cs = None
+        if self.Cs is not None:
+            if self.C1 is not None or self.C2 is not None:
+                raise ValueError("Cs (cross-validated C) cannot be combined with C1 or C2")
+            Cs = np.asarray(self.Cs, dtype=np.float64).ravel()
+            if Cs.size == 0 or not np.all(np.isfinite(Cs)) or np.any(Cs <= 0):
+                raise ValueError(f"Cs must be a non-empty list of positive finite values, got {self.Cs!r}")
+            if isinstance(self.cv, bool) or not isinstance(self.cv, numbers.Integral) or self.cv < 2:
+                raise ValueError(f"cv must be an integer >= 2, got {self.cv!r}")
+        return C1, C2, float(self.epsilon), tol, Cs
+
+    def _ell(self, X):
+        bias = float(self.intercept_scaling) if self.fit_intercept else None
+        return to_ell(X, bias=bias, dtype=float_dtype())
+
+    def fit(self, X, y, sample_weight=None):
+        """Fit the p rank hyperplanes.
+
+        Args:
+            X: (n, d) array or scipy.sparse matrix (CSR; duplicates are summed).
+            y: (n,) ordered labels.
+            sample_weight: optional (n,) non-negative weights; a weight multiplies the
+                row's C, which is exactly the weighted loss.
+
+        Returns:
+            self.
+
+        Raises:
+            ValueError / TypeError: bad parameters or data (see :meth:`_check_params` and
+                the shared input checks).
+        """
+        C1, C2, eps, tol, Cs = self._check_params()
+        X, codes, sw = self._validate_fit(X, y, sample_weight, classes=self.classes)
+        p = len(self.classes_)
+        E = self._ell(X)
+        config = NPSVORConfig(n_features=X.shape[1] + bool(self.fit_intercept),
+                              solver=self.solver, block_size=int(self.block_size),
+                              shrinking=bool(self.shrinking), max_iter=int(self.max_iter))
+        rs = check_random_state(self.random_state)
+        key = jax.random.key(int(rs.randint(2**31 - 1)))
+        weights = None if np.all(sw == 1.0) else sw
+        if Cs is not None:
+            cvr = cv_npsvor(E, codes, p, Cs, int(self.cv), eps, tol, key, config,
+                            sample_weight=weights, predictor=self.predictor,
+                            seed=int(rs.randint(2**31 - 1)))
+            check_status(np.asarray(cvr.fits.status), "NPSVOR cross-validation")
+            self.cv_results_ = {"Cs": cvr.Cs, "mean_mae": cvr.mean_mae,
+                                "fold_mae": cvr.fold_mae}
+            C1 = C2 = cvr.best_C
+        res = fit_npsvor(E, codes, p, C1, C2, eps, tol, key, config, sample_weight=weights)
+        check_status(np.asarray(res.status), "NPSVOR")
+        W = np.asarray(res.coef)
+        if self.fit_intercept:
+            self.coef_ = W[:, :-1]
+            self.intercept_ = W[:, -1] * float(self.intercept_scaling)
+        else:
+            self.coef_ = W
+        self._W = W
+        self.C_ = C1 if C1 == C2 else (C1, C2)
+        self.dual_coef_ = np.asarray(res.alpha)
+        self.n_iter_ = np.asarray(res.n_iter)
+        self.converged_ = np.asarray(res.converged)
+        self.duality_gap_ = np.asarray(res.gap)
+        self.primal_objective_ = np.asarray(res.primal)
+        self.dual_objective_ = np.asarray(res.dual)
+        return self
+
+    def decision_function(self, X):
+        """Decision values f_k(x) = w_k'x + b_k, shape (n, p), columns in class order.
+
+        These are signed distances (times |w_k|) to each rank's hyperplane, not
+        probabilities: r_old picks the smallest |f_k|, r_new counts f_k + f_{k+1} > 0.
+        """
+        check_is_fitted(self, "coef_")
+        X = self._validate_predict(X)
+        return np.asarray(decision_values(self._W, self._ell(X)))
+
+    def predict(self, X, predictor=None):
+        """Predicted labels by r_new (Eq. 36) or r_old (Eq. 5); default ``self.predictor``."""
+        predictor = self.predictor if predictor is None else predictor
+        if predictor not in ("new", "old"):
+            raise ValueError(f"predictor must be 'new' or 'old', got {predictor!r}")
+        F = self.decision_function(X)
+        codes = predict_r_new(F) if predictor == "new" else predict_r_old(F)
+        return self._decode(np.asarray(codes))
+
+    def score(self, X, y, sample_weight=None):
+        """Negative mean absolute error in rank units (greater is better)."""
+        F = self.decision_function(X)
+        codes_true = self._encode_y(y, F.shape[0])
+        pred = np.asarray(predict_r_new(F) if self.predictor == "new" else predict_r_old(F))
+        err = np.abs(pred - codes_true).astype(np.float64)
+        return -float(np.average(err, weights=sample_weight))
