@@ -161,6 +161,7 @@ class RankPairsResult(NamedTuple):
 # --------------------------------------------------------------------------- counting
 
 
+@partial(jax.jit, static_argnames=("n_ranks", "method", "ties_violate"))
 def violation_counts(t, u, codes, weights, n_ranks: int, method: str = "auto", ties_violate: bool = False):
     """Weighted dominance counts over comparable pairs, without enumerating them.
 
@@ -253,6 +254,7 @@ def _pair_total(codes, weights, n_ranks):
     return jnp.sum(weights * below[codes])
 
 
+@partial(jax.jit, static_argnames=("n_ranks", "method"))
 def most_violated(scores, codes, weights, n_ranks: int, method: str = "auto", n_pairs=None):
     """Most violated constraint of Eq. (20) (Lemma 1), in the normalised form.
 
@@ -292,6 +294,13 @@ def swapped_pairs_rate(scores, codes, weights=None, n_ranks: int | None = None, 
 
     O(n log n + n r) or O(n log n ⌈log₂ r⌉) (see :func:`violation_counts`).
 
+    Args:
+        scores: f (n,).
+        codes: int ranks 0..r-1 (n,).
+        weights: sample weights (n,) or None.
+        n_ranks: r (default: max code + 1, read on the host).
+        method: counting scheme.
+
     Example:
         >>> import jax.numpy as jnp
         >>> float(swapped_pairs_rate(jnp.array([0.0, 2.0, 1.0]), jnp.array([0, 1, 2])))
@@ -302,8 +311,13 @@ def swapped_pairs_rate(scores, codes, weights=None, n_ranks: int | None = None, 
     if n_ranks is None:
         n_ranks = int(np.max(np.asarray(codes))) + 1
     weights = jnp.ones_like(scores) if weights is None else jnp.asarray(weights, scores.dtype)
-    p, _ = violation_counts(scores, scores, codes, weights, max(n_ranks, 2), method, ties_violate=True)
-    total = _pair_total(codes, weights, max(n_ranks, 2))
+    return _swapped_pairs_rate(scores, codes, weights, max(n_ranks, 2), method)
+
+
+@partial(jax.jit, static_argnames=("n_ranks", "method"))
+def _swapped_pairs_rate(scores, codes, weights, n_ranks, method):
+    p, _ = violation_counts(scores, scores, codes, weights, n_ranks, method, ties_violate=True)
+    total = _pair_total(codes, weights, n_ranks)
     return jnp.sum(weights * p) / jnp.where(total > 0, total, 1)
 
 
