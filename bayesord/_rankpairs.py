@@ -77,6 +77,7 @@ __all__ = [
     "solve_simplex_qp",
     "fit_rankpairs_linear",
     "fit_rankpairs_kernel",
+    "fit_rankpairs_gram",
     "fit_rankpairs_nystroem",
     "decision_rankpairs",
     "sample_pairs",
@@ -581,11 +582,28 @@ def fit_rankpairs_kernel(X, codes, weights, C, gamma, eps, config: RankPairsConf
     dtype = _float_dtype(X)
     X = X.astype(dtype)
     gamma = jnp.asarray(gamma, dtype)
-    K = rbf_kernel(X, X, gamma)
+    res = _fit_gram(rbf_kernel(X, X, gamma), codes, weights, C, eps, config, pairs, pair_weights)
+    return res._replace(basis=X, gamma=gamma)
+
+
+@partial(jax.jit, static_argnames="config")
+def fit_rankpairs_gram(K, codes, weights, C, eps, config: RankPairsConfig, pairs=None, pair_weights=None):
+    """Swapped-pairs SVM on a precomputed PSD Gram matrix K (n, n) of any kernel.
+
+    Same arguments as :func:`fit_rankpairs_linear` with X replaced by K.  ``coef`` holds
+    the expansion coefficients c with training scores K c; scores of new rows are
+    k(x, X_train) · c (``basis`` and ``gamma`` are None: the caller owns the kernel).
+    """
+    return _fit_gram(K, codes, weights, C, eps, config, pairs, pair_weights)
+
+
+def _fit_gram(K, codes, weights, C, eps, config, pairs, pair_weights):
+    dtype = _float_dtype(K)
+    K = K.astype(dtype)
     oracle = _oracle(codes, weights, config, pairs, pair_weights, dtype)
-    c, end = _cutting_plane(oracle, _kernel_ops(K, config.capacity, dtype), X.shape[0], C, eps, config, dtype)
+    c, end = _cutting_plane(oracle, _kernel_ops(K, config.capacity, dtype), K.shape[0], C, eps, config, dtype)
     coef = c["store"][0].T @ c["alpha"]
-    return _result(c, end, coef, X, gamma)
+    return _result(c, end, coef, None, None)
 
 
 @partial(jax.jit, static_argnames="config")
