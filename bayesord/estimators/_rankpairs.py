@@ -21,7 +21,7 @@ from .._rankpairs import (
     swapped_pairs_rate,
 )
 from .._status import check_status
-from .._validation import float_dtype
+from .._validation import check_sample_weight, float_dtype
 from ._base import OrdinalEstimator
 
 __all__ = ["SwappedPairsSVM"]
@@ -36,7 +36,9 @@ class SwappedPairsSVM(OrdinalEstimator):
     an upper bound on the swapped-pairs rate of Eq. (1).
 
     Args:
-        C: trade-off between ½‖w‖² and the loss (> 0).
+        C: trade-off between ½‖w‖² and the loss (> 0).  The loss is a fraction of pairs,
+            so C = 100 here matches C = 1 of SVM-perf (which counts the loss in percent);
+            10–1000 suits standardised features.
         kernel: ``"linear"`` (dense or CSR input) or ``"rbf"`` (Gaussian, dense input).
         gamma: Gaussian width g in exp(−g‖x − x'‖²) (> 0; ``kernel="rbf"`` only).
         epsilon: cutting-plane tolerance ε on the loss, a share of pairs (> 0).
@@ -75,7 +77,7 @@ class SwappedPairsSVM(OrdinalEstimator):
 
     _accept_sparse = True
 
-    def __init__(self, C=1.0, kernel="linear", gamma=1.0, epsilon=1e-3, pairs="all", n_partners=5,
+    def __init__(self, C=100.0, kernel="linear", gamma=1.0, epsilon=1e-3, pairs="all", n_partners=5,
                  capacity=100, max_iter=1000, counting="auto", kernel_approx="auto", n_components=500,
                  exact_max_samples=5000, classes=None, random_state=None):
         self.C = C
@@ -179,7 +181,7 @@ class SwappedPairsSVM(OrdinalEstimator):
         """1 − the swapped-pairs rate of Eq. (1) (ties in the score count as swapped)."""
         f = self.decision_function(X)
         codes = self._encode_y(y, f.shape[0])
-        sw = None if sample_weight is None else np.asarray(sample_weight, float)
+        sw = check_sample_weight(sample_weight, f.shape[0])
         return 1.0 - float(swapped_pairs_rate(jnp.asarray(f), jnp.asarray(codes), sw, len(self.classes_)))
 
 
