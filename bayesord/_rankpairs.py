@@ -39,9 +39,10 @@ turns ξ ≥ 0 into the equality Σα = C of the dual
 
     max_α  αᵀδ − ½ αᵀHα   s.t.  α ≥ 0, Σ_k α_k = C,     H_kl = g_kᵀ g_l,   w = Σ α_k g_k.
 
-That small dual is solved inside ``jit`` by pairwise (SMO) steps on the maximal violating
-pair, each an exact line search, to the KKT gap max_k G_k − min_{α_k > 0} G_k ≤ qp_tol
-(G = δ − Hα), warm-started from the previous α.  When the buffer is full, the oldest
+That small dual is solved inside ``jit`` by a primal–dual interior point (Mehrotra
+predictor–corrector, Cholesky of capacity × capacity matrices) to a Frank–Wolfe gap
+Σ_k α_k (max_j G_j − G_k) ≤ qp_tol·C (G = δ − Hα); pairwise (SMO) steps were tried first
+and crawl on the nearly collinear constraints that cutting planes accumulate.  When the buffer is full, the oldest
 constraint with α = 0 is recycled (dropping an inactive constraint leaves the QP optimum
 unchanged); if every slot is active the run ends with ``Status.CAPACITY_REACHED``.
 
@@ -96,7 +97,7 @@ class RankPairsConfig:
         n_ranks: number r of distinct ranks; codes lie in 0..r-1.
         capacity: slots of the working set, the trivial constraint included.
         max_iter: cap on cutting-plane iterations (most-violated searches).
-        qp_max_iter: cap on SMO steps per working-set QP solve.
+        qp_max_iter: cap on interior-point iterations per working-set QP solve.
         counting: ``"classes"`` (Algorithm 2, O(n log n + n r)), ``"bits"``
             (O(n log n · ⌈log₂ r⌉)) or ``"auto"`` (classes when r ≤ 8).
         n_components: Nyström landmarks (``fit_rankpairs_nystroem`` only).
@@ -105,7 +106,7 @@ class RankPairsConfig:
     n_ranks: int
     capacity: int = 100
     max_iter: int = 1000
-    qp_max_iter: int = 5000
+    qp_max_iter: int = 80
     counting: str = "auto"
     n_components: int = 0
 
@@ -150,7 +151,7 @@ class RankPairsResult(NamedTuple):
     dual: jax.Array
     """Dual objective of the final working-set QP (a lower bound on the optimum)."""
     qp_gap: jax.Array
-    """KKT gap of the last working-set QP solve."""
+    """Frank–Wolfe gap / C of the last working-set QP solve (its suboptimality bound)."""
     n_iter: jax.Array
     """Number of cutting-plane iterations (most-violated searches)."""
     converged: jax.Array
@@ -325,56 +326,100 @@ def _swapped_pairs_rate(scores, codes, weights, n_ranks, method):
 # --------------------------------------------------------------------------- working-set QP
 
 
-def solve_simplex_qp(H, delta, alpha, mask, C, tol, max_iter: int):
-    """Maximise αᵀδ − ½αᵀHα over {α ≥ 0, Σα = C, α = 0 off ``mask``} by SMO steps.
+def solve_simplex_qp(H, delta, mask, C, tol, max_iter: int = 80):
+    """Maximise αᵀδ − ½αᵀHα over {α ≥ 0, Σα = C, α = 0 off ``mask``}: a primal–dual interior point.
 
-    Each step moves mass from the masked coordinate with α > 0 and the smallest gradient
-    G = δ − Hα to the one with the largest, by the exact maximiser along that direction
-    (clipped at α_down = 0).  Stops when the KKT gap max G − min_{α>0} G ≤ tol, which
-    with Σα = C bounds the duality gap by C·gap.
+    Mehrotra predictor–corrector on the KKT conditions of min ½αᵀHα − δᵀα:
+    Hα − δ + ν1 − z = 0, 1ᵀα = C, α ⊙ z = 0, α, z ≥ 0 (so z = ν − G with G = δ − Hα).
+    Each step solves (H + diag(z/α)) u = r by Cholesky (positive definite even when H is
+    singular, as cutting-plane Gram matrices are) and eliminates ν through the single
+    equality.  Unlike pairwise (SMO) steps, which crawl on the nearly collinear
+    constraints a cutting plane accumulates, it reaches 1e-10 relative accuracy in a few
+    tens of factorisations of a capacity × capacity matrix.  At the end coordinates below
+    1e-9·C (float64; 1e-5·C in float32) are set to exactly 0 and α rescaled to sum to C.
+
+    Stops when the Frank–Wolfe gap Σ_k α_k (max_j G_j − G_k) — an upper bound on the
+    distance to the optimal dual value — is at most tol·C.
 
     Args:
         H: PSD Gram matrix of the constraints (M, M).
         delta: constraint losses (M,).
-        alpha: feasible starting point (M,).
         mask: usable coordinates (M,).
-        C: the simplex total.
-        tol: KKT-gap tolerance.
-        max_iter: step cap (static).
+        C: the simplex total (> 0).
+        tol: tolerance on the gap divided by C (in units of δ).
+        max_iter: cap on interior-point iterations (static).
 
     Returns:
-        (alpha, gap, n_steps).
+        (alpha, gap, n_iter) with gap the Frank–Wolfe gap divided by C.
     """
-    del C  # the total is carried by the feasible start and preserved by every step
-    neg_inf = jnp.asarray(-jnp.inf, delta.dtype)
-    pos_inf = jnp.asarray(jnp.inf, delta.dtype)
+    dtype = delta.dtype
+    M = delta.shape[0]
+    C = jnp.asarray(C, dtype)
+    mf = mask.astype(dtype)
+    m = jnp.maximum(jnp.sum(mf), 1)
+    Hm = H * mf[:, None] * mf[None, :] + jnp.diag(1 - mf)  # unused coordinates decoupled
+    dm = delta * mf
+    scale = 1 + jnp.max(jnp.abs(jnp.diagonal(H) * mf)) * C + jnp.max(jnp.abs(dm))
+    neg_inf = jnp.asarray(-jnp.inf, dtype)
 
-    def pick(alpha, grad):
-        up = jnp.argmax(jnp.where(mask, grad, neg_inf))
-        down = jnp.argmin(jnp.where(mask & (alpha > 0), grad, pos_inf))
-        return up, down, grad[up] - grad[down]
+    def fw_gap(alpha):
+        g = dm - Hm @ alpha
+        return jnp.sum(mf * alpha * (jnp.max(jnp.where(mask, g, neg_inf)) - g)) / C
+
+    def solve(alpha, z, r, rp):
+        Q = Hm + jnp.diag(mf * z / alpha)
+        L = jnp.linalg.cholesky(Q)
+        u = jax.scipy.linalg.cho_solve((L, True), jnp.stack([r, mf], 1))
+        dnu = (mf @ u[:, 0] + rp) / (mf @ u[:, 1])
+        return (u[:, 0] - u[:, 1] * dnu) * mf, dnu
+
+    def max_step(x, dx):
+        ratio = jnp.where(mask & (dx < 0), -x / jnp.where(dx < 0, dx, -1), jnp.inf)
+        return jnp.minimum(1.0, jnp.min(ratio))
+
+    def residuals(alpha, nu, z):
+        rd = (Hm @ alpha - dm + nu * mf - z) * mf
+        rp = mf @ alpha - C
+        return rd, rp
 
     def cond(state):
-        _, _, gap, it = state
-        return (gap > tol) & (it < max_iter)
+        alpha, nu, z, it, done = state
+        return (~done) & (it < max_iter)
 
     def body(state):
-        alpha, grad, _, it = state
-        up, down, gap = pick(alpha, grad)
-        eta = H[up, up] + H[down, down] - 2 * H[up, down]
-        step = jnp.where(eta > 0, gap / jnp.where(eta > 0, eta, 1), pos_inf)
-        step = jnp.minimum(step, alpha[down])
-        alpha = alpha.at[up].add(step).at[down].add(-step)  # a clipped step leaves exactly 0
-        grad = grad - step * (H[:, up] - H[:, down])
-        _, _, gap = pick(alpha, grad)
-        return alpha, grad, gap, it + 1
+        alpha, nu, z, it, _ = state
+        rd, rp = residuals(alpha, nu, z)
+        mu = (mf @ (alpha * z)) / m
+        # predictor (σ = 0)
+        rc = alpha * z * mf
+        da, dnu = solve(alpha, z, -rd - rc / alpha, rp)
+        dz = (-rc - z * da) / alpha * mf
+        a = jnp.minimum(max_step(alpha, da), max_step(z, dz))
+        mu_aff = (mf @ ((alpha + a * da) * (z + a * dz))) / m
+        sigma = (mu_aff / mu) ** 3
+        # corrector
+        rc = (alpha * z + da * dz - sigma * mu) * mf
+        da, dnu = solve(alpha, z, -rd - rc / alpha, rp)
+        dz = (-rc - z * da) / alpha * mf
+        a = 0.99 * jnp.minimum(max_step(alpha, da), max_step(z, dz))
+        alpha = jnp.where(mask, alpha + a * da, 1)
+        z = jnp.where(mask, z + a * dz, 1)
+        nu = nu + a * dnu
+        rd, rp = residuals(alpha, nu, z)
+        done = ((mf @ (alpha * z) <= 0.1 * tol * C) & (jnp.max(jnp.abs(rd)) <= 0.1 * tol)
+                & (jnp.abs(rp) <= 1e-9 * C * scale))
+        return alpha, nu, z, it + 1, done
 
-    grad = delta - H @ alpha
-    _, _, gap = pick(alpha, grad)
-    alpha, _, _, it = lax.while_loop(cond, body, (alpha, grad, gap, jnp.asarray(0, jnp.int32)))
-    grad = delta - H @ alpha  # drop the drift of the incremental updates
-    _, _, gap = pick(alpha, grad)
-    return alpha, gap, it
+    alpha0 = jnp.where(mask, C / m, 1)
+    g0 = dm - Hm @ (alpha0 * mf)
+    nu0 = jnp.max(jnp.where(mask, g0, neg_inf)) + scale / C
+    z0 = jnp.where(mask, nu0 - g0, 1)
+    alpha, _, _, it, _ = lax.while_loop(cond, body, (alpha0, nu0, z0, jnp.asarray(0, jnp.int32),
+                                                      jnp.asarray(False)))
+    cut = (1e-9 if dtype == jnp.float64 else 1e-5) * C
+    alpha = jnp.where(mask & (alpha > cut), alpha, 0)
+    alpha = alpha * (C / jnp.sum(alpha))
+    return alpha, fw_gap(alpha), it
 
 
 # --------------------------------------------------------------------------- cutting plane
@@ -468,8 +513,7 @@ def _cutting_plane(oracle, ops, n, C, eps, config, dtype):
             H = c["H"].at[slot, :].set(h).at[:, slot].set(h)
             used = c["used"].at[slot].set(True)
             delta = c["delta"].at[slot].set(delta_new)
-            alpha = c["alpha"].at[slot].set(0)
-            alpha, gap, _ = solve_simplex_qp(H, delta, alpha, used, C, qp_tol, config.qp_max_iter)
+            alpha, gap, _ = solve_simplex_qp(H, delta, used, C, qp_tol, config.qp_max_iter)
             last = jnp.where(alpha > 0, it, c["last"]).at[slot].set(it)
             return dict(c, alpha=alpha, used=used, H=H, delta=delta, store=store, last=last,
                         f=ops.scores(store, alpha), qp_gap=gap)
