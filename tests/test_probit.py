@@ -1,0 +1,241 @@
+"""Bayesian linear ordinal probit: against statsmodels (ML limit), an MCMC reference, finite
+differences of the evidence, and the properties every solver keeps."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bayesord._laplace import laplace_at, laplace_log_evidence, map_weights
+from bayesord._probit import (
+    ProbitConfig,
+    class_prob_bands,
+    fit_probit,
+    predict_probit,
+)
+from bayesord._status import Status
+from bayesord.datasets import make_ordinal_probit
+
+
+@pytest.fixture(scope="module")
+def data():
+    X, y, truth = make_ordinal_probit(600, 3, 4, seed=0, w=np.array([1.0, -0.7, 0.4]),
+                                      thresholds=np.array([-1.0, 0.2, 1.1]))
+    return X, (y - 1).astype(np.int32), truth
+
+
+def _fit(X, y, alpha=1.0, w=None, **cfg):
+    w = np.ones(len(y)) if w is None else w
+    return fit_probit(X, y, w, alpha, 1e-12, config=ProbitConfig(**cfg), n_classes=int(y.max()) + 1)
+
+
+def test_flat_prior_joint_map_equals_statsmodels_ml(data):
+    from statsmodels.miscmodels.ordinal_model import OrderedModel
+
+    X, y, _ = data
+    res = _fit(X, y, alpha=0.0, thresholds="joint")
+    assert int(res.status) == Status.SUCCESS
+    sm = OrderedModel(y, X, distr="probit").fit(method="bfgs", disp=False, maxiter=2000, gtol=1e-10)
+    d = X.shape[1]
+    np.testing.assert_allclose(res.coef, sm.params[:d], atol=1e-4)
+    b_sm = np.concatenate([sm.params[d:d + 1], sm.params[d] + np.cumsum(np.exp(sm.params[d + 1:]))])
+    np.testing.assert_allclose(res.thresholds, b_sm, atol=1e-4)
+    # Standard errors: statsmodels reports them for (coef, b_1, log gaps).
+    from bayesord._thresholds import params_from_thresholds, thresholds_jacobian
+
+    J = np.asarray(thresholds_jacobian(params_from_thresholds(res.thresholds)))
+    Jinv = np.linalg.inv(J)
+    cov_theta = Jinv @ np.asarray(res.thresholds_cov) @ Jinv.T
+    se = np.concatenate([np.sqrt(np.diag(res.coef_cov)), np.sqrt(np.diag(cov_theta))])
+    np.testing.assert_allclose(se, sm.bse, rtol=1e-3)
+
+
+def test_logit_link_flat_prior_equals_statsmodels(data):
+    from statsmodels.miscmodels.ordinal_model import OrderedModel
+
+    X, y, _ = data
+    res = _fit(X, y, alpha=0.0, thresholds="joint", link="logit")
+    sm = OrderedModel(y, X, distr="logit").fit(method="bfgs", disp=False, maxiter=2000, gtol=1e-10)
+    np.testing.assert_allclose(res.coef, sm.params[:3], atol=1e-4)
+
+
+def _log_posterior_np(theta, X, y, alpha):
+    """Log posterior over (w, b_1, log gaps) in plain NumPy/SciPy (flat prior on thresholds,
+    with the log-Jacobian of the gap transform so the target is the density in b)."""
+    from scipy.stats import norm
+
+    d = X.shape[1]
+    w, t = theta[:d], theta[d:]
+    b = np.concatenate([[-np.inf], [t[0]], t[0] + np.cumsum(np.exp(t[1:])), [np.inf]])
+    f = X @ w
+    p = norm.cdf(b[y + 1] - f) - norm.cdf(b[y] - f)
+    if np.any(p <= 0):
+        return -np.inf
+    return np.sum(np.log(p)) - 0.5 * alpha * w @ w + np.sum(t[1:])
+
+
+@pytest.mark.slow
+def test_laplace_sd_within_10_percent_of_mcmc():
+    """Random-walk Metropolis (NumPy) as the reference posterior on a small problem."""
+    X, y, _ = make_ordinal_probit(80, 2, 3, seed=3, w=np.array([1.0, -0.5]),
+                                  thresholds=np.array([-0.5, 0.6]))
+    y = (y - 1).astype(np.int32)
+    alpha = 1.0
+    res = _fit(X, y, alpha=alpha, thresholds="joint")
+    sd_laplace = np.sqrt(np.diag(res.coef_cov))
+    rng = np.random.default_rng(0)
+    from bayesord._thresholds import params_from_thresholds
+
+    theta = np.concatenate([np.asarray(res.coef), np.asarray(params_from_thresholds(res.thresholds))])
+    cov = np.zeros((4, 4))
+    cov[:2, :2] = np.asarray(res.coef_cov)
+    cov[2:, 2:] = np.diag([0.05, 0.05])
+    chol = np.linalg.cholesky(cov * (2.38**2 / 4))
+    lp = _log_posterior_np(theta, X, y, alpha)
+    draws = []
+    for it in range(120_000):
+        prop = theta + chol @ rng.normal(size=4)
+        lp_prop = _log_posterior_np(prop, X, y, alpha)
+        if np.log(rng.uniform()) < lp_prop - lp:
+            theta, lp = prop, lp_prop
+        if it >= 20_000 and it % 5 == 0:
+            draws.append(theta[:2].copy())
+    sd_mcmc = np.std(np.asarray(draws), axis=0)
+    np.testing.assert_allclose(sd_laplace, sd_mcmc, rtol=0.10)
+
+
+def test_evidence_gradient_by_implicit_differentiation_matches_finite_differences(data):
+    X, y, _ = data
+    Xj, yj, wt = jnp.asarray(X), jnp.asarray(y), jnp.ones(len(y))
+    b0 = jnp.array([-1.0, 0.2, 1.1])
+
+    def log_ev(log_alpha, b):
+        a = jnp.exp(log_alpha) * jnp.ones(3)
+        w, *_ = map_weights("probit", 100, Xj, wt, b, 1.0, a, yj, (jnp.zeros(3), 1e-14))
+        lp, _, L, _ = laplace_at(w, Xj, yj, wt, b, 1.0, a)
+        return laplace_log_evidence(lp, L, a)
+
+    g_alpha, g_b = jax.grad(log_ev, argnums=(0, 1))(0.3, b0)
+    eps = 1e-5
+    fd_alpha = (log_ev(0.3 + eps, b0) - log_ev(0.3 - eps, b0)) / (2 * eps)
+    fd_b = [(log_ev(0.3, b0.at[k].add(eps)) - log_ev(0.3, b0.at[k].add(-eps))) / (2 * eps) for k in range(3)]
+    np.testing.assert_allclose(g_alpha, fd_alpha, rtol=1e-6)
+    np.testing.assert_allclose(g_b, fd_b, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("prior", ["gaussian", "ard"])
+def test_evidence_mode_is_a_stationary_point_of_the_evidence(data, prior):
+    X, y, _ = data
+    res = _fit(X, y, thresholds="evidence", prior=prior)
+    assert bool(res.converged) and int(res.status) == Status.SUCCESS
+    Xj, yj, wt = jnp.asarray(X), jnp.asarray(y), jnp.ones(len(y))
+
+    def log_ev(b, log_alpha):
+        a = jnp.exp(log_alpha) * jnp.ones(3)
+        w, *_ = map_weights("probit", 100, Xj, wt, b, 1.0, a, yj, (res.coef, 1e-14))
+        lp, _, L, _ = laplace_at(w, Xj, yj, wt, b, 1.0, a)
+        return laplace_log_evidence(lp, L, a)
+
+    la = jnp.log(res.alpha if prior == "ard" else res.alpha[0])
+    g_b, g_a = jax.grad(log_ev, argnums=(0, 1))(res.thresholds, la)
+    assert float(jnp.max(jnp.abs(g_b))) < 1e-3
+    assert float(jnp.max(jnp.abs(g_a))) < 1e-3
+    assert float(res.log_evidence) == pytest.approx(float(log_ev(res.thresholds, la)), rel=1e-10)
+    # The evidence-tuned fit beats the joint fit at the starting alpha on evidence.
+    assert float(res.log_evidence) >= float(log_ev(res.thresholds, jnp.log(jnp.ones_like(la)))) - 1e-9
+
+
+def test_sample_weight_two_equals_duplicated_rows(data):
+    X, y, _ = data
+    w = np.ones(len(y))
+    w[:50] = 2.0
+    Xd = np.concatenate([X, X[:50]])
+    yd = np.concatenate([y, y[:50]])
+    for mode in ("joint", "evidence"):
+        a = _fit(X, y, w=w, thresholds=mode)
+        b = _fit(Xd, yd, thresholds=mode)
+        np.testing.assert_allclose(a.coef, b.coef, rtol=1e-8)
+        np.testing.assert_allclose(a.thresholds, b.thresholds, rtol=1e-8, atol=1e-10)
+        np.testing.assert_allclose(a.coef_cov, b.coef_cov, rtol=1e-7)
+
+
+def test_vmap_over_alpha_equals_python_loop(data):
+    X, y, _ = data
+    alphas = jnp.array([0.1, 1.0, 10.0])
+    cfg = ProbitConfig(thresholds="joint")
+    batched = jax.vmap(lambda a: fit_probit(X, y, np.ones(len(y)), a, 1e-12, config=cfg, n_classes=4))(alphas)
+    for i, a in enumerate(alphas):
+        single = fit_probit(X, y, np.ones(len(y)), a, 1e-12, config=cfg, n_classes=4)
+        np.testing.assert_allclose(batched.coef[i], single.coef, rtol=1e-9)
+        np.testing.assert_allclose(batched.log_evidence[i], single.log_evidence, rtol=1e-10)
+
+
+def test_vmap_over_folds_as_weights_equals_sliced_fits(data):
+    X, y, _ = data
+    from bayesord.datasets import kfold_masks
+
+    masks = kfold_masks(y, 3, seed=0).astype(np.float64)
+    cfg = ProbitConfig(thresholds="joint")
+    batched = jax.vmap(lambda m: fit_probit(X, y, m, 1.0, 1e-12, config=cfg, n_classes=4))(jnp.asarray(masks))
+    for i, m in enumerate(masks.astype(bool)):
+        sliced = fit_probit(X[m], y[m], np.ones(m.sum()), 1.0, 1e-12, config=cfg, n_classes=4)
+        np.testing.assert_allclose(batched.coef[i], sliced.coef, rtol=1e-8)
+        np.testing.assert_allclose(batched.thresholds[i], sliced.thresholds, rtol=1e-8)
+
+
+def test_jit_equals_no_jit_and_no_recompile(data):
+    X, y, _ = data
+    with jax.disable_jit():
+        slow = _fit(X[:200], y[:200], thresholds="joint")
+    fast = _fit(X[:200], y[:200], thresholds="joint")
+    np.testing.assert_allclose(slow.coef, fast.coef, rtol=1e-10)
+    before = fit_probit._cache_size()
+    _fit(X[:200], y[:200] , alpha=3.0, thresholds="joint")
+    assert fit_probit._cache_size() == before
+
+
+def test_monotone_relabelling_gives_the_same_fit():
+    from bayesord import OrdinalProbit
+
+    X, y, _ = make_ordinal_probit(300, 2, 3, seed=5)
+    a = OrdinalProbit().fit(X, y)
+    b = OrdinalProbit().fit(X, np.array([10, 25, 90])[y - 1])
+    np.testing.assert_allclose(a.coef_, b.coef_, rtol=1e-10)
+    np.testing.assert_allclose(a.predict_proba(X), b.predict_proba(X), atol=1e-12)
+    np.testing.assert_array_equal(b.predict(X), np.array([10, 25, 90])[a.predict(X) - 1])
+
+
+def test_predictive_probabilities_integrate_the_posterior(data):
+    """P(y=k|x) with the latent variance equals the Monte Carlo average over weight draws."""
+    X, y, _ = data
+    res = _fit(X[:100], y[:100], thresholds="evidence")
+    pred = predict_probit(res, X[:5])
+    np.testing.assert_allclose(pred.proba.sum(axis=1), 1.0, atol=1e-12)
+    assert bool(jnp.all(pred.proba >= 0))
+    rng = np.random.default_rng(0)
+    w = rng.multivariate_normal(np.asarray(res.coef), np.asarray(res.coef_cov), size=200_000)
+    from scipy.stats import norm
+
+    f = w @ X[:5].T
+    b = np.concatenate([[-np.inf], np.asarray(res.thresholds), [np.inf]])
+    mc = np.stack([np.mean(norm.cdf(b[k + 1] - f) - norm.cdf(b[k] - f), axis=0) for k in range(4)], axis=1)
+    np.testing.assert_allclose(pred.proba, mc, atol=3e-3)
+    lo, hi, sd = class_prob_bands(res, X[:5], jax.random.key(0))
+    assert bool(jnp.all((0 <= lo) & (lo <= pred.proba + 1e-9) & (pred.proba <= hi + 1e-9) & (hi <= 1)))
+
+
+def test_float32_fit_runs_and_agrees_roughly(data):
+    X, y, _ = data
+    r64 = _fit(X, y, thresholds="joint")
+    with jax.enable_x64(False):
+        r32 = fit_probit(X.astype(np.float32), y, np.ones(len(y), np.float32), np.float32(1.0), 1e-5,
+                         config=ProbitConfig(thresholds="joint"), n_classes=4)
+        assert r32.coef.dtype == jnp.float32
+    np.testing.assert_allclose(r32.coef, r64.coef, rtol=1e-3)
+
+
+def test_recovers_true_parameters_on_large_data():
+    X, y, truth = make_ordinal_probit(20_000, 3, 4, seed=1)
+    res = _fit(X, (y - 1).astype(np.int32), thresholds="evidence")
+    np.testing.assert_allclose(res.coef, truth.w, atol=0.05)
+    np.testing.assert_allclose(res.thresholds, truth.thresholds, atol=0.06)
