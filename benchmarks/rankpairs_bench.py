@@ -41,7 +41,13 @@ import platform
 import time
 from pathlib import Path
 
-import jax
+import os
+
+# XLA's multi-threaded Eigen on CPU deadlocked (all threads asleep, no progress) in the
+# vmapped cutting-plane fits of this script on jax 0.10.2; single-threaded Eigen avoids it.
+os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
+
+import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 

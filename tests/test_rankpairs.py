@@ -325,3 +325,12 @@ def test_rbf_kernel():
     A, B = rng.normal(size=(5, 3)), rng.normal(size=(4, 3))
     ref = np.exp(-0.7 * ((A[:, None] - B[None]) ** 2).sum(-1))
     np.testing.assert_allclose(rbf_kernel(jnp.asarray(A), jnp.asarray(B), 0.7), ref, atol=1e-12)
+
+
+def test_swapped_pairs_rate_matches_library_metric():
+    from bayesord.metrics import swapped_pairs_rate as metric
+
+    rng = np.random.default_rng(18)
+    y = rng.integers(0, 50, 400)  # many ranks: the per-bit counting
+    f = np.round(rng.normal(size=400) + 0.05 * y, 1)  # ties in the score
+    np.testing.assert_allclose(swapped_pairs_rate(jnp.asarray(f), jnp.asarray(y)), metric(y, f), atol=1e-12)
