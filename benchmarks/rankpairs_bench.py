@@ -114,12 +114,19 @@ def fold_weights(n, rng):
 
 
 def _batched_fit(K, codes, W, Cs, config, pairs=None, pair_weights=None):
-    """vmap over (C, fold): K and codes shared, weights (or pair weights) per fold."""
-    if pairs is None:
-        fit = lambda w, C: fit_rankpairs_gram(K, codes, w, C, EPS, config)  # noqa: E731
-        return jax.vmap(fit)(W, Cs)
-    fit = lambda p, pw, C: fit_rankpairs_gram(K, codes, jnp.ones(K.shape[0]), C, EPS, config, p, pw)  # noqa: E731
-    return jax.vmap(fit)(pairs, pair_weights, Cs)
+    """One fit per (C, fold): K and codes shared, weights (or pair weights) per fold.
+
+    A Python loop over jitted single fits rather than one ``vmap``: the vmapped version
+    deadlocked in XLA's CPU runtime (see docs/rankpairs.md, known issues).
+    """
+    out = []
+    for b in range(len(Cs)):
+        if pairs is None:
+            r = fit_rankpairs_gram(K, codes, W[b], Cs[b], EPS, config)
+        else:
+            r = fit_rankpairs_gram(K, codes, jnp.ones(K.shape[0]), Cs[b], EPS, config, pairs[b], pair_weights[b])
+        out.append(r)
+    return jax.tree_util.tree_map(lambda *x: jnp.stack(x), *out)
 
 
 @jax.jit
@@ -129,7 +136,6 @@ def _val_rates(scores, codes, V):
     return jax.vmap(lambda f, v: swapped_pairs_rate(f, codes, v, n_ranks=n, method="bits"))(scores, V)
 
 
-_batched_fit = jax.jit(_batched_fit, static_argnames="config")
 
 
 def svor_gram(K, k_thr=4):
