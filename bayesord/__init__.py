@@ -5,6 +5,8 @@ estimators on top.  The library never enables JAX's float64 mode itself; call
 ``jax.config.update("jax_enable_x64", True)`` for the precision-sensitive Bayesian paths.
 """
 
+from . import datasets, metrics
+from ._npsvor import NPSVORConfig, NPSVORResult, cv_npsvor, fit_npsvor, predict_r_new, predict_r_old
 from ._probit import (
     ProbitConfig,
     ProbitPrediction,
@@ -14,20 +16,42 @@ from ._probit import (
     predict_probit,
     sample_class_probs,
 )
+from ._rankpairs import (
+    RankPairsConfig,
+    RankPairsResult,
+    fit_rankpairs_kernel,
+    fit_rankpairs_linear,
+    swapped_pairs_rate,
+)
 from ._status import Status
-from .estimators import OrdinalProbit
+from .estimators import NPSVOR, OrdinalProbit, SwappedPairsSVM
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "NPSVOR",
+    "NPSVORConfig",
+    "NPSVORResult",
     "OrdinalProbit",
     "ProbitConfig",
     "ProbitPrediction",
     "ProbitResult",
+    "RankPairsConfig",
+    "RankPairsResult",
     "Status",
+    "SwappedPairsSVM",
     "class_prob_bands",
+    "cv_npsvor",
+    "datasets",
+    "fit_npsvor",
     "fit_probit",
+    "fit_rankpairs_kernel",
+    "fit_rankpairs_linear",
+    "metrics",
     "predict_probit",
+    "predict_r_new",
+    "predict_r_old",
     "sample_class_probs",
+    "swapped_pairs_rate",
     "__version__",
 ]

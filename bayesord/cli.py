@@ -17,6 +17,11 @@ __all__ = ["main"]
 
 
 def _enable_x64():
+    import os
+
+    # Read when XLA's CPU backend starts (first computation), so setting it here is in time.
+    # Multi-threaded Eigen kernels can deadlock batched solver loops with jax 0.10 on CPU.
+    os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
     import jax
 
     jax.config.update("jax_enable_x64", True)

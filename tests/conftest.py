@@ -3,7 +3,11 @@
 import os
 from pathlib import Path
 
-import jax
+# XLA:CPU's multi-threaded Eigen kernels can deadlock batched (vmap-ed) solver loops with
+# jax 0.10 on small machines; single-threaded Eigen avoids it at little cost on 2 cores.
+os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
+
+import jax  # noqa: E402
 import pytest
 
 jax.config.update("jax_enable_x64", True)

@@ -1,5 +1,7 @@
 """scikit-learn compatible estimators over the functional core (one module per model family)."""
 
+from ._npsvor import NPSVOR
 from ._probit import OrdinalProbit
+from ._rankpairs import SwappedPairsSVM
 
-__all__ = ["OrdinalProbit"]
+__all__ = ["NPSVOR", "OrdinalProbit", "SwappedPairsSVM"]
