@@ -149,10 +149,14 @@ def test_mistake_bounds_on_rank_separable_streams(algorithm):
 # Equality with the references.
 
 
-@pytest.mark.parametrize("intercept", [True, False])
-@pytest.mark.parametrize("averaged", [False, True])
-@pytest.mark.parametrize("algorithm,margin", [("perceptron", 0.0), ("perceptron", 1.5),
-                                              ("pa", 0.0)])
+@pytest.mark.parametrize("algorithm,margin,averaged,intercept", [
+    ("perceptron", 0.0, False, True),
+    ("perceptron", 0.0, True, False),
+    ("perceptron", 1.5, False, False),
+    ("perceptron", 1.5, True, True),
+    ("pa", 0.0, False, False),
+    ("pa", 0.0, True, True),
+])
 def test_cusum_matches_reference(algorithm, margin, averaged, intercept):
     X, y = _data()
     r = 4
