@@ -19,7 +19,7 @@ from sklearn.utils.validation import check_is_fitted
 from .. import _perceptron as core
 from .._status import check_status
 from .._validation import check_sample_weight, float_dtype
-from ._base import OrdinalEstimator
+from ._base import OrdinalEstimator, reset_fitted
 
 __all__ = ["CuSumRank", "PRank"]
 
@@ -91,13 +91,17 @@ class _StructuredPerceptron(OrdinalEstimator):
             y: (n,) ordered labels.
             sample_weight: optional non-negative weights; a weight scales that row's
                 update step (0 skips it); it is not the same as repeating the row.
-            classes: labels in increasing order (needed for strings).
+            classes: labels in increasing order (needed for strings).  When given, a
+                declared rank may have no training rows (as in ``partial_fit``).
 
         Returns:
             self.
         """
         self._check_params()
-        X, codes, sw = self._validate_fit(X, y, sample_weight, classes)
+        reset_fitted(self)
+        self._state = None
+        X, codes, sw = self._validate_fit(X, y, sample_weight, classes,
+                                          require_all_classes=classes is None)
         if sp.issparse(X) and self._kernel() != "linear":
             raise TypeError(f"kernel={self._kernel()!r} needs dense X; sparse input works with kernel='linear'")
         dtype = float_dtype()
