@@ -447,6 +447,10 @@ def fit_perceptron(X, y, config: PerceptronConfig, *, sample_weight=None, key=No
     Returns:
         :class:`PerceptronResult`.
 
+    Raises:
+        ValueError: ``config.kernel`` other than "linear", sparse rows without ``state``,
+            ``config.shuffle`` without a key.
+
     Example:
         >>> import jax.numpy as jnp
         >>> X = jnp.array([[0., 0.], [0., 1.], [1., 1.], [1., 0.]])
@@ -455,6 +459,9 @@ def fit_perceptron(X, y, config: PerceptronConfig, *, sample_weight=None, key=No
         >>> bool(res.converged), predict(decision_function(res, X)).tolist()
         (True, [0, 1, 1, 2])
     """
+    if config.kernel != "linear":
+        raise ValueError(f"fit_perceptron is the primal (linear) model; use fit_kernel_perceptron "
+                         f"for kernel={config.kernel!r}")
     values = X.values if isinstance(X, EllMatrix) else X
     dtype = values.dtype if jnp.issubdtype(values.dtype, jnp.floating) else jnp.result_type(float)
     values = jnp.asarray(values, dtype)

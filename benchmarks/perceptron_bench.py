@@ -174,7 +174,7 @@ def run_protocol(quick, n_parts, kinds, previous):
                 row["within_10pct"] = bool(min(cusum) <= 1.1 * paper)
             rows.append(row)
             cells = "  ".join(f"{kd.replace('cusum_', '')} {row[kd][0]:.3f}±{row[kd][1]:.3f}"
-                              for kd in ALL_KINDS if kd in row)
+                              for kd in ALL_KINDS if row.get(kd) is not None)
             verdict = {True: "ok", False: "MISS", None: ""}[row.get("within_10pct")]
             print(f"{paper_name:12s} {k:3d} bins  {cells}  paper {paper:.3f}  {verdict}  "
                   f"({time.perf_counter() - t0:.0f}s)", flush=True)

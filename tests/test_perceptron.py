@@ -338,3 +338,6 @@ def test_config_rejects_bad_static_settings():
         P.PerceptronConfig(n_classes=3, algorithm="sgd")
     with pytest.raises(ValueError, match="kernel"):
         P.PerceptronConfig(n_classes=3, kernel="sigmoid")
+    with pytest.raises(ValueError, match="fit_kernel_perceptron"):
+        P.fit_perceptron(jnp.ones((4, 2)), np.array([0, 1, 2, 1]),
+                         P.PerceptronConfig(n_classes=3, kernel="rbf", shuffle=False))

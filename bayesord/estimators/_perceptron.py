@@ -99,7 +99,7 @@ class _StructuredPerceptron(OrdinalEstimator):
         """
         self._check_params()
         reset_fitted(self)
-        self._state = None
+        self._state = self._result = None
         X, codes, sw = self._validate_fit(X, y, sample_weight, classes,
                                           require_all_classes=classes is None)
         if sp.issparse(X) and self._kernel() != "linear":
@@ -186,7 +186,7 @@ class _StructuredPerceptron(OrdinalEstimator):
 
         Column k belongs to ``classes_[k]``; the first column is 0.  Not probabilities.
         """
-        check_is_fitted(self, "_result")
+        check_is_fitted(self, "n_iter_")
         X = self._validate_predict(X)
         dtype = float_dtype()
         if isinstance(self._result, core.KernelPerceptronResult):
