@@ -168,3 +168,16 @@ def test_real_data_toy_kernel_beats_linear_and_median(datasets_dir):
     rbf = CuSumRank(kernel="rbf", gamma=1.0, margin=1.0, max_epochs=20, random_state=0).fit(Xtr, ytr)
     mae_lin, mae_rbf = -lin.score(Xte, yte), -rbf.score(Xte, yte)
     assert mae_rbf < mae_lin < median
+
+
+def test_unfitted_and_clone():
+    from sklearn.base import clone
+    from sklearn.exceptions import NotFittedError
+
+    X, y = _data(seed=9)
+    with pytest.raises(NotFittedError):
+        CuSumRank().predict(X)
+    est = CuSumRank(algorithm="pa", delta=0.3, max_epochs=2, random_state=0)
+    twin = clone(est)
+    assert twin.get_params() == est.get_params()
+    np.testing.assert_array_equal(twin.fit(X, y).coef_, est.fit(X, y).coef_)
