@@ -78,6 +78,13 @@ __all__ = [
     "kernel_matrix",
 ]
 
+# Unrolling the per-row scan lets XLA fuse consecutive steps: about 5x more rows per
+# second on CPU for d = 50, r = 10 (measured with 1, 8 and 16; 8 was best), at about
+# 2.5x the compile time.  Small inputs (the row count is static) keep the cheap compile;
+# the kernel model's steps are dominated by the kernel row and are not unrolled.
+_UNROLL = 8
+_UNROLL_MIN_ROWS = 4096
+
 _MODELS = ("cusum", "prank")
 _ALGORITHMS = ("perceptron", "pa")
 _KERNELS = ("linear", "rbf", "poly")
@@ -413,7 +420,8 @@ def _fit_primal(X, y, sample_weight, key, hyper, state, config):
         return new, (miss, jnp.abs(y[i] - y_plain).astype(dtype), ok.astype(jnp.int32))
 
     def run_epoch(st, epoch):
-        st, (m, e, u) = jax.lax.scan(sample_step, st, _order(key, epoch, n, config))
+        unroll = _UNROLL if n >= _UNROLL_MIN_ROWS else 1
+        st, (m, e, u) = jax.lax.scan(sample_step, st, _order(key, epoch, n, config), unroll=unroll)
         return st, (jnp.sum(m).astype(jnp.int32), jnp.sum(e), jnp.sum(u).astype(jnp.int32))
 
     E = config.n_epochs

@@ -142,8 +142,12 @@ def select(kind, X, y, k, quick, seed):
 ALL_KINDS = ("cusum_linear", "cusum_rbf", "prank", "probit")
 
 
-def run_protocol(quick, n_parts, kinds, previous):
-    """Run the protocol for ``kinds``; rows of ``previous`` (same dataset and bins) keep other models."""
+def run_protocol(quick, n_parts, kinds, previous, save):
+    """Run the protocol for ``kinds``; rows of ``previous`` (same dataset and bins) keep other models.
+
+    ``save(rows)`` is called after every dataset and bin count, so a long run that is
+    stopped keeps what it finished.
+    """
     rows = []
     old = {(r["dataset"], r["bins"]): r for r in previous}
     for paper_name, file, n_train, paper5, paper10 in DATASETS:
@@ -173,6 +177,8 @@ def run_protocol(quick, n_parts, kinds, previous):
             if cusum:
                 row["within_10pct"] = bool(min(cusum) <= 1.1 * paper)
             rows.append(row)
+            done = {(r["dataset"], r["bins"]) for r in rows}
+            save(rows + [r for key, r in old.items() if key not in done])
             cells = "  ".join(f"{kd.replace('cusum_', '')} {row[kd][0]:.3f}±{row[kd][1]:.3f}"
                               for kd in ALL_KINDS if row.get(kd) is not None)
             verdict = {True: "ok", False: "MISS", None: ""}[row.get("within_10pct")]
@@ -300,10 +306,14 @@ def main():
                 "jax": jax.__version__, "backend": jax.default_backend()})
     if not args.skip_throughput:
         out["throughput"] = run_throughput(args.quick)
-    if not args.skip_protocol:
-        out["protocol"] = run_protocol(args.quick, 3 if args.quick else 20, kinds,
-                                       out.get("protocol", []))
     RESULTS.mkdir(parents=True, exist_ok=True)
+
+    def save(rows):
+        out["protocol"] = rows
+        path.write_text(json.dumps(out, indent=1))
+
+    if not args.skip_protocol:
+        run_protocol(args.quick, 3 if args.quick else 20, kinds, out.get("protocol", []), save)
     path.write_text(json.dumps(out, indent=1))
     print(f"wrote {path}")
 

@@ -341,3 +341,12 @@ def test_config_rejects_bad_static_settings():
     with pytest.raises(ValueError, match="fit_kernel_perceptron"):
         P.fit_perceptron(jnp.ones((4, 2)), np.array([0, 1, 2, 1]),
                          P.PerceptronConfig(n_classes=3, kernel="rbf", shuffle=False))
+
+
+def test_unrolled_scan_for_long_inputs_matches_reference():
+    n = P._UNROLL_MIN_ROWS + 5  # past the threshold and not a multiple of the unroll
+    X, y = _data(seed=16, n=n, d=3)
+    res = _fit(X, y, 4, epochs=1, averaged=True)
+    W = ref_cusum(X, y, 4, [np.arange(n)], averaged=True)
+    np.testing.assert_allclose(res.coef, W[:, :3], atol=1e-9)
+    np.testing.assert_allclose(res.thresholds, W[:, -1], atol=1e-9)
