@@ -359,7 +359,7 @@ def _step_coefficients(inc, y, weight, xnorm2, hyper, config):
     return c, y_plain, ok
 
 
-def _epoch_loop(carry0, run_epoch, n, config):
+def _epoch_loop(carry0, run_epoch, config):
     """Epochs as a while loop: carry = (state, epoch, mistakes, abs_error, updates)."""
     E = config.n_epochs
 
@@ -427,7 +427,7 @@ def _fit_primal(X, y, sample_weight, key, hyper, state, config):
     E = config.n_epochs
     carry0 = (state, jnp.zeros((), jnp.int32), jnp.zeros((E,), jnp.int32),
               jnp.zeros((E,), dtype), jnp.zeros((E,), jnp.int32))
-    state, epoch, mis, err, upd = _epoch_loop(carry0, run_epoch, n, config)
+    state, epoch, mis, err, upd = _epoch_loop(carry0, run_epoch, config)
     if config.averaged:
         coef = _averaged(state.coef, state.coef_acc, state.n_steps)
         thr = _averaged(state.thresholds, state.thresholds_acc, state.n_steps)
@@ -539,7 +539,7 @@ def _fit_dual(X, y, sample_weight, key, hyper, state, config):
     E = config.n_epochs
     carry0 = (state, jnp.zeros((), jnp.int32), jnp.zeros((E,), jnp.int32),
               jnp.zeros((E,), dtype), jnp.zeros((E,), jnp.int32))
-    state, epoch, mis, err, upd = _epoch_loop(carry0, run_epoch, n, config)
+    state, epoch, mis, err, upd = _epoch_loop(carry0, run_epoch, config)
     if config.averaged:
         A = _averaged(state.dual_coef, state.dual_coef_acc, state.n_steps)
         thr = _averaged(state.thresholds, state.thresholds_acc, state.n_steps)
