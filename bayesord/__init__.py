@@ -7,6 +7,13 @@ estimators on top.  The library never enables JAX's float64 mode itself; call
 
 from . import datasets, metrics
 from ._npsvor import NPSVORConfig, NPSVORResult, cv_npsvor, fit_npsvor, predict_r_new, predict_r_old
+from ._perceptron import (
+    KernelPerceptronResult,
+    PerceptronConfig,
+    PerceptronResult,
+    fit_kernel_perceptron,
+    fit_perceptron,
+)
 from ._probit import (
     ProbitConfig,
     ProbitPrediction,
@@ -24,15 +31,20 @@ from ._rankpairs import (
     swapped_pairs_rate,
 )
 from ._status import Status
-from .estimators import NPSVOR, OrdinalProbit, SwappedPairsSVM
+from .estimators import NPSVOR, CuSumRank, OrdinalProbit, PRank, SwappedPairsSVM
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "CuSumRank",
+    "KernelPerceptronResult",
     "NPSVOR",
     "NPSVORConfig",
     "NPSVORResult",
     "OrdinalProbit",
+    "PRank",
+    "PerceptronConfig",
+    "PerceptronResult",
     "ProbitConfig",
     "ProbitPrediction",
     "ProbitResult",
@@ -43,7 +55,9 @@ __all__ = [
     "class_prob_bands",
     "cv_npsvor",
     "datasets",
+    "fit_kernel_perceptron",
     "fit_npsvor",
+    "fit_perceptron",
     "fit_probit",
     "fit_rankpairs_kernel",
     "fit_rankpairs_linear",

@@ -1,7 +1,8 @@
 """scikit-learn compatible estimators over the functional core (one module per model family)."""
 
 from ._npsvor import NPSVOR
+from ._perceptron import CuSumRank, PRank
 from ._probit import OrdinalProbit
 from ._rankpairs import SwappedPairsSVM
 
-__all__ = ["NPSVOR", "OrdinalProbit", "SwappedPairsSVM"]
+__all__ = ["CuSumRank", "NPSVOR", "OrdinalProbit", "PRank", "SwappedPairsSVM"]
