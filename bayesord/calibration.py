@@ -130,8 +130,9 @@ def calibration_error(y_true, proba, n_bins: int = 10, *, kind: str = "cumulativ
                       per_event: bool = False):
     """Expected calibration error ``Σ_b (n_b / n) |freq_b - prob_b|`` of each event.
 
+    Arguments other than ``per_event`` are those of :func:`reliability`.
+
     Args:
-        y_true, proba, n_bins, kind, classes, atol: as in :func:`reliability`.
         per_event: return one ECE per event instead of their mean.
 
     Returns:
@@ -172,7 +173,8 @@ def latent_interval_coverage(y_true, proba, level: float = 0.9, *,
         y_true: class positions 0..K-1, shape (n,) (any labels with ``classes``).
         proba: class probabilities, shape (n, K).
         level: nominal coverage in (0, 1).
-        classes, atol: as in :func:`reliability`.
+        classes: labels of the K columns, lowest first.
+        atol: tolerance on row sums (default sqrt(eps) of proba's dtype).
         pointwise: return the per-row coverages (n,) instead of their mean.
 
     Example:
@@ -221,8 +223,10 @@ def plot_reliability(y_true, proba, n_bins: int = 10, *, kind: str = "cumulative
                      classes: Sequence[Any] | None = None, ax=None, show_counts: bool = True):
     """Reliability diagram: one line per event against the diagonal.
 
+    ``y_true``, ``proba``, ``n_bins``, ``kind`` and ``classes`` are those of
+    :func:`reliability`.
+
     Args:
-        y_true, proba, n_bins, kind, classes: as in :func:`reliability`.
         ax: a matplotlib Axes (default: a new figure).
         show_counts: draw the bin counts as a histogram under the curves.
 

@@ -287,7 +287,8 @@ def loo(model_or_idata, X=None, y=None, **kwargs):
 
     Args:
         model_or_idata: a fitted Bayesian model (then give X, y) or an InferenceData.
-        X, y: the data the model was fitted on.
+        X: the inputs the model was fitted on, (n, d).
+        y: the labels the model was fitted on, (n,).
         **kwargs: passed to :func:`to_inference_data` (draws, chains, key, ...).
 
     Returns:
@@ -321,7 +322,8 @@ def compare(models: Mapping[str, Any], X=None, y=None, **kwargs):
 
     Args:
         models: name -> fitted model or InferenceData; all on the same rows.
-        X, y: the data (needed for fitted models).
+        X: the inputs (needed for fitted models), (n, d).
+        y: the labels (needed for fitted models), (n,).
         **kwargs: passed to :func:`to_inference_data`.
 
     Returns:
