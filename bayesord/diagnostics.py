@@ -48,7 +48,13 @@ __all__ = [
     "to_inference_data",
     "loo",
     "compare",
+    "relevance_table",
+    "plot_evidence_trace",
+    "plot_relevance_vectors",
 ]
+
+ACTIONS = ("add", "re-estimate", "delete")
+"""Names of the action codes 0, 1, 2 of a sequential sparse Bayesian iteration."""
 
 
 class LaplacePosterior(NamedTuple):
@@ -342,3 +348,103 @@ def compare(models: Mapping[str, Any], X=None, y=None, **kwargs):
         warnings.filterwarnings("ignore", message="Estimated shape parameter of Pareto")
         return az.compare(idatas, ic="loo")
 
+
+
+# ------------------------------------------------------------ relevance-vector diagnostics
+# Array-level helpers for the sparse Bayesian kernel models (ISBOR/SBOR): they take the
+# quantities such a fit reports, so they do not depend on its result type.
+
+
+def relevance_table(indices, alpha, weights, weights_sd=None):
+    """One row per relevance vector: its training-row index, precision and weight.
+
+    Args:
+        indices: training-row indices of the relevance vectors, shape (M,).
+        alpha: their prior precisions, shape (M,).
+        weights: their posterior mean weights, shape (M,).
+        weights_sd: posterior standard deviations of the weights, shape (M,) (optional).
+
+    Returns:
+        pandas DataFrame indexed by ``row``, sorted by decreasing ``|weight|``.
+    """
+    import pandas as pd
+
+    cols = {"row": np.asarray(indices, dtype=np.int64), "alpha": np.asarray(alpha, float),
+            "weight": np.asarray(weights, float)}
+    if weights_sd is not None:
+        cols["weight_sd"] = np.asarray(weights_sd, float)
+    m = cols["row"].shape
+    if any(np.shape(v) != m for v in cols.values()) or len(m) != 1:
+        raise ValueError(f"indices, alpha, weights (and weights_sd) must be 1-D of one length, "
+                         f"got {[np.shape(v) for v in cols.values()]}")
+    frame = pd.DataFrame(cols).set_index("row")
+    return frame.iloc[np.argsort(-np.abs(frame["weight"].to_numpy()), kind="stable")]
+
+
+def plot_evidence_trace(log_evidence, actions=None, ax=None):
+    """Log evidence against iteration, coloured by the action taken at each iteration.
+
+    Args:
+        log_evidence: log evidence after each iteration, shape (T,).
+        actions: action codes per iteration, shape (T,): 0 add, 1 re-estimate, 2 delete
+            (:data:`ACTIONS`); optional.
+        ax: a matplotlib Axes (default: a new figure).
+
+    Returns:
+        The matplotlib Axes.
+    """
+    import matplotlib.pyplot as plt
+
+    ev = np.asarray(log_evidence, dtype=np.float64)
+    if ev.ndim != 1:
+        raise ValueError(f"log_evidence must be 1-D, got shape {ev.shape}")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 3.5))
+    it = np.arange(1, ev.shape[0] + 1)
+    ax.plot(it, ev, color="0.5", linewidth=1)
+    if actions is not None:
+        actions = np.asarray(actions)
+        if actions.shape != ev.shape:
+            raise ValueError(f"actions must have shape {ev.shape}, got {actions.shape}")
+        for code, name in enumerate(ACTIONS):
+            sel = actions == code
+            if np.any(sel):
+                ax.scatter(it[sel], ev[sel], s=12, label=name, zorder=3)
+        ax.legend(fontsize=8)
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("log evidence")
+    return ax
+
+
+def plot_relevance_vectors(X, y, indices, ax=None):
+    """Training data in 2-D coloured by class, relevance vectors circled.
+
+    Args:
+        X: training inputs, shape (n, 2).
+        y: training labels, shape (n,).
+        indices: training-row indices of the relevance vectors.
+        ax: a matplotlib Axes (default: a new figure).
+
+    Returns:
+        The matplotlib Axes.
+    """
+    import matplotlib.pyplot as plt
+
+    X = np.asarray(X, dtype=np.float64)
+    if X.ndim != 2 or X.shape[1] != 2:
+        raise ValueError(f"plot_relevance_vectors draws 2-D inputs, got X of shape {X.shape}")
+    y = np.asarray(y)
+    idx = np.asarray(indices, dtype=np.int64)
+    if y.shape != (X.shape[0],):
+        raise ValueError(f"y must have shape ({X.shape[0]},), got {y.shape}")
+    if idx.size and (idx.min() < 0 or idx.max() >= X.shape[0]):
+        raise ValueError("relevance indices must be rows of X")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5, 5))
+    for c in np.unique(y):
+        sel = y == c
+        ax.scatter(X[sel, 0], X[sel, 1], s=8, label=f"y = {c}")
+    ax.scatter(X[idx, 0], X[idx, 1], s=80, facecolors="none", edgecolors="k",
+               label=f"relevance vectors ({idx.size})")
+    ax.legend(fontsize=8)
+    return ax

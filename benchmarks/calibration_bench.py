@@ -172,8 +172,9 @@ def main():
         X, y, Xt, yt, latent = synthetic(seed)
         synth.append(_run_models(X, y, Xt, yt, K, latent))
     label = f"synthetic probit ({len(seeds)} seeds)"
-    per_dataset[label] = {m: {k: float(np.mean([s[m][k] for s in synth])) for k in synth[0][m]}
-                          for m in MODELS}
+    per_dataset[label] = {m: {k: (all(s[m][k] for s in synth) if k == "converged"
+                                  else float(np.mean([s[m][k] for s in synth])))
+                              for k in synth[0][m]} for m in MODELS}
     rows += _rows(label, per_dataset[label])
     print_table(rows[-3:], list(rows[-3]))
 

@@ -171,3 +171,28 @@ def test_string_labels_become_positions():
     np.testing.assert_array_equal(idata.observed_data["y"].values, y - 1)
     assert list(idata.posterior["thresholds"].coords["cut"].values) == ["low|mid", "mid|high"]
     assert idata.attrs["classes"] == ["low", "mid", "high"]
+
+
+def test_relevance_table_and_plots():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from bayesord.diagnostics import plot_evidence_trace, plot_relevance_vectors, relevance_table
+
+    table = relevance_table([4, 9, 1], [2.0, 0.5, 1.0], [0.1, -3.0, 1.0], [0.2, 0.3, 0.1])
+    assert list(table.index) == [9, 1, 4]
+    assert table.loc[9, "alpha"] == 0.5 and table.loc[4, "weight_sd"] == 0.2
+    with pytest.raises(ValueError, match="one length"):
+        relevance_table([1, 2], [1.0], [1.0, 2.0])
+    ax = plot_evidence_trace([-10.0, -8.0, -7.5, -7.4], actions=[0, 0, 1, 2])
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["add", "re-estimate", "delete"]
+    with pytest.raises(ValueError, match="actions"):
+        plot_evidence_trace([-1.0, -0.5], actions=[0])
+    X = np.random.default_rng(0).normal(size=(30, 2))
+    ax = plot_relevance_vectors(X, np.arange(30) % 3, [0, 5, 7])
+    assert ax.get_legend().get_texts()[-1].get_text() == "relevance vectors (3)"
+    with pytest.raises(ValueError, match="2-D"):
+        plot_relevance_vectors(np.zeros((5, 3)), np.zeros(5), [0])
+    plt.close("all")
