@@ -193,7 +193,8 @@ def _parser():
     b.add_argument("--quick", action="store_true", help="each script's quick mode (minutes)")
     b.add_argument("--data-dir", help="shared datasets folder (default ../shared/datasets when "
                    "present; synthetic data only otherwise)")
-    b.add_argument("--out", default="bench-results", help="output folder")
+    b.add_argument("--out", default="benchmarks/results/report",
+                   help="output folder (default benchmarks/results/report, git-ignored)")
     b.add_argument("--docs", help="also write this markdown page (e.g. docs/benchmarks.md)")
     b.add_argument("--timeout", type=float, help="seconds allowed per script")
     b.add_argument("--list", action="store_true", help="list the benchmarks and exit")

@@ -31,14 +31,14 @@ chunking over draws, the groups, LOO) is shared.
 from __future__ import annotations
 
 import warnings
-from functools import singledispatch
+from functools import partial, singledispatch
 from typing import Any, Callable, Mapping, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._likelihood import log_class_probs
+from ._likelihood import LINKS, log_class_probs
 from ._probit import ProbitResult
 from ._thresholds import params_from_thresholds, thresholds_from_params, thresholds_jacobian
 
@@ -76,7 +76,9 @@ class LaplacePosterior(NamedTuple):
     coords: dict
     """ArviZ coords: dimension name -> labels."""
     log_class_probs: Callable[[dict, jax.Array], jax.Array]
-    """JAX-traceable: (one draw's parameters, X (n, d)) -> log class probabilities (n, K)."""
+    """JAX-traceable: (one draw's parameters, drawn and fixed together; X (n, d)) -> log
+    class probabilities (n, K).  A function created once (module level), so that repeated
+    exports of same-shaped data reuse the compiled code."""
     classes: np.ndarray
     """Class labels, lowest first (K,)."""
 
@@ -99,6 +101,18 @@ def laplace_posterior(model, **kwargs) -> LaplacePosterior:
     )
 
 
+def _make_probit_log_probs(link):
+    def log_probs(params, X):
+        f = X @ params["coef"]
+        scale = jnp.broadcast_to(params["sigma"], f.shape)
+        return log_class_probs(f, scale, params["thresholds"], link)
+
+    return log_probs
+
+
+_PROBIT_LOG_PROBS = {link: _make_probit_log_probs(link) for link in LINKS}
+
+
 def _probit_posterior(result: ProbitResult, thresholds_cov, link, classes, feature_names,
                       model_name) -> LaplacePosterior:
     res = jax.tree_util.tree_map(np.asarray, result)
@@ -116,20 +130,14 @@ def _probit_posterior(result: ProbitResult, thresholds_cov, link, classes, featu
     def unpack(flat):
         return {"coef": flat[:, :d], "thresholds": jax.vmap(thresholds_from_params)(flat[:, d:])}
 
-    sigma = jnp.asarray(res.sigma)
-
-    def log_probs(params, X):
-        f = X @ params["coef"]
-        return log_class_probs(f, jnp.broadcast_to(sigma, f.shape), params["thresholds"], link)
-
     cls = [str(c) for c in classes]
     coords = {"feature": list(feature_names),
               "cut": [f"{cls[k]}|{cls[k + 1]}" for k in range(k1)]}
     dims = {"coef": ("feature",), "thresholds": ("cut",), "alpha": ("feature",), "sigma": ()}
     fixed = {"sigma": np.asarray(res.sigma, dtype=np.float64),
              "alpha": np.asarray(res.alpha, dtype=np.float64)}
-    return LaplacePosterior(model_name, mean, cov, unpack, fixed, dims, coords, log_probs,
-                            np.asarray(classes))
+    return LaplacePosterior(model_name, mean, cov, unpack, fixed, dims, coords,
+                            _PROBIT_LOG_PROBS[link], np.asarray(classes))
 
 
 @laplace_posterior.register(ProbitResult)
@@ -196,6 +204,19 @@ def _observed_codes(y, classes):
     return codes
 
 
+@partial(jax.jit, static_argnums=(0, 1))
+def _pointwise(log_probs, block, draws, fixed, X, y, keys):
+    """Pointwise log-likelihood (S, n) and posterior-predictive classes (S, n)."""
+
+    def one(args):
+        p, k = args
+        logp = log_probs({**p, **fixed}, X)
+        loglik = jnp.take_along_axis(logp, y[:, None], axis=1)[:, 0]
+        return loglik, jax.random.categorical(k, logp, axis=1)
+
+    return jax.lax.map(one, (draws, keys), batch_size=block)
+
+
 def to_inference_data(model, X, y, *, draws: int = 500, chains: int = 4, key=None,
                       block: int = 256, **kwargs):
     """An :class:`arviz.InferenceData` of a fitted Bayesian model's Laplace posterior.
@@ -250,15 +271,10 @@ def to_inference_data(model, X, y, *, draws: int = 500, chains: int = 4, key=Non
     Xj = jnp.asarray(X, dtype=flat.dtype)
     yj = jnp.asarray(codes, dtype=jnp.int32)
 
-    def one(args):
-        p, k = args
-        logp = post.log_class_probs(p, Xj)
-        loglik = jnp.take_along_axis(logp, yj[:, None], axis=1)[:, 0]
-        return loglik, jax.random.categorical(k, logp, axis=1)
-
     keys = jax.random.split(key_pred, n_total)
-    loglik, pred = jax.jit(lambda p, k: jax.lax.map(one, (p, k), batch_size=block))(
-        jax.tree_util.tree_map(jnp.asarray, params), keys)
+    fixed = {k: jnp.asarray(v, dtype=flat.dtype) for k, v in post.fixed.items()}
+    loglik, pred = _pointwise(post.log_class_probs, block,
+                              jax.tree_util.tree_map(jnp.asarray, params), fixed, Xj, yj, keys)
     loglik = np.asarray(loglik, dtype=np.float64)
     pred = np.asarray(pred)
 
