@@ -1,4 +1,4 @@
-"""The ``bayesord`` command: ``demo``, ``fit`` and ``predict``.
+"""The ``bayesord`` command: ``demo``, ``fit``, ``predict`` and ``bench``.
 
 The command is an application, not a library import, so it turns on JAX's float64 mode
 (recommended for the Bayesian paths) before doing any work.
@@ -158,6 +158,17 @@ def _predict(args) -> int:
     return 0
 
 
+def _bench(args) -> int:
+    from ._bench import available, run_benchmarks
+
+    if args.list:
+        for name, path in available().items():
+            print(f"{name}: {path}")
+        return 0
+    return run_benchmarks(args.names, quick=args.quick, data_dir=args.data_dir, out=Path(args.out),
+                          docs=Path(args.docs) if args.docs else None, timeout=args.timeout)
+
+
 def _parser():
     p = argparse.ArgumentParser(prog="bayesord", description="Ordinal regression that says how sure it is.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -185,6 +196,18 @@ def _parser():
     r.add_argument("--proba", action="store_true", help="also write class probabilities")
     r.add_argument("--out", help="CSV file to write (default: stdout)")
     r.set_defaults(func=_predict)
+    b = sub.add_parser("bench", help="run benchmark scripts and write JSON, markdown tables and plots")
+    b.add_argument("names", nargs="*", default=["all"],
+                   help="benchmarks to run (NAME of benchmarks/NAME_bench.py), default all")
+    b.add_argument("--quick", action="store_true", help="each script's quick mode (minutes)")
+    b.add_argument("--data-dir", help="shared datasets folder (default ../shared/datasets when "
+                   "present; synthetic data only otherwise)")
+    b.add_argument("--out", default="benchmarks/results/report",
+                   help="output folder (default benchmarks/results/report, git-ignored)")
+    b.add_argument("--docs", help="also write this markdown page (e.g. docs/benchmarks.md)")
+    b.add_argument("--timeout", type=float, help="seconds allowed per script")
+    b.add_argument("--list", action="store_true", help="list the benchmarks and exit")
+    b.set_defaults(func=_bench)
     return p
 
 

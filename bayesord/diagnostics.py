@@ -1,0 +1,466 @@
+"""ArviZ export and PSIS-LOO model comparison for the Bayesian models.
+
+The Bayesian fits of this library (the ordinal probit; ISBOR and SBOR when they land) end
+in a Gaussian (Laplace) posterior over their weights, with hyperparameters (thresholds in
+"evidence" mode, the noise scale, the prior precisions) set by type-II maximum
+likelihood.  :func:`to_inference_data` draws from that Gaussian and writes an
+:class:`arviz.InferenceData` with
+
+* ``posterior``: the drawn parameters (``coef`` over ``feature`` for the probit,
+  ``thresholds`` over ``cut``), plus the type-II ML point estimates (``sigma``,
+  ``alpha``) repeated across draws so that every quantity of the model sits in one place;
+* ``log_likelihood``: ``y`` with ``log P(y_i | draw)`` for every draw and row, which is
+  what :func:`arviz.loo` and :func:`arviz.compare` need;
+* ``posterior_predictive``: ``y`` drawn from each draw's class probabilities;
+* ``observed_data``: ``y``.
+
+Draws are independent, so ``r_hat`` is 1 and the effective sample size is the number of
+draws up to Monte Carlo noise; they describe the Laplace approximation, not the exact
+posterior.  PSIS-LOO from these draws estimates the leave-one-out predictive density
+without refitting; ArviZ's Pareto-k warning (k > 0.7) says where that estimate is not
+to be trusted, and :func:`loo` repeats it with the count of such rows.
+
+**Adding a model.**  A model takes part by registering a :class:`LaplacePosterior`
+factory with :func:`laplace_posterior` (``@laplace_posterior.register(TheResultType)``):
+the flat Gaussian's mean and covariance, a function from flat draws to named parameters,
+the point-estimated hyperparameters, ArviZ dims and coords, and a JAX-traceable function
+giving one draw's log class probabilities for inputs X.  Everything else (sampling,
+chunking over draws, the groups, LOO) is shared.
+"""
+
+from __future__ import annotations
+
+import warnings
+from functools import partial, singledispatch
+from typing import Any, Callable, Mapping, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._likelihood import LINKS, log_class_probs
+from ._probit import ProbitResult
+from ._thresholds import params_from_thresholds, thresholds_from_params, thresholds_jacobian
+
+__all__ = [
+    "LaplacePosterior",
+    "laplace_posterior",
+    "to_inference_data",
+    "loo",
+    "compare",
+    "relevance_table",
+    "plot_evidence_trace",
+    "plot_relevance_vectors",
+]
+
+ACTIONS = ("add", "re-estimate", "delete")
+"""Names of the action codes 0, 1, 2 of a sequential sparse Bayesian iteration."""
+
+
+class LaplacePosterior(NamedTuple):
+    """What :func:`to_inference_data` needs from a fitted Bayesian model."""
+
+    model: str
+    """Name of the model (stored in the InferenceData's attributes)."""
+    mean: np.ndarray
+    """Mean of the Gaussian posterior in its sampling space, shape (p,)."""
+    cov: np.ndarray
+    """Covariance of the Gaussian posterior, shape (p, p); may be singular (a zero block
+    for a parameter held at a point estimate)."""
+    unpack: Callable[[jax.Array], dict]
+    """Maps flat draws (S, p) to named parameters, each of shape (S, ...)."""
+    fixed: dict
+    """Point-estimated hyperparameters (name -> array), repeated across draws."""
+    dims: dict
+    """ArviZ dims: parameter name -> tuple of dimension names (draw dims excluded)."""
+    coords: dict
+    """ArviZ coords: dimension name -> labels."""
+    log_class_probs: Callable[[dict, jax.Array], jax.Array]
+    """JAX-traceable: (one draw's parameters, drawn and fixed together; X (n, d)) -> log
+    class probabilities (n, K).  A function created once (module level), so that repeated
+    exports of same-shaped data reuse the compiled code."""
+    classes: np.ndarray
+    """Class labels, lowest first (K,)."""
+
+
+@singledispatch
+def laplace_posterior(model, **kwargs) -> LaplacePosterior:
+    """The :class:`LaplacePosterior` of a fitted Bayesian model.
+
+    Registered for :class:`bayesord.OrdinalProbit` and
+    :class:`bayesord.ProbitResult`; other models register their own.
+
+    Raises:
+        TypeError: the model has no posterior (margin models: SVMs, perceptrons).
+    """
+    names = sorted({getattr(t, "__name__", str(t)) for t in laplace_posterior.registry
+                    if t is not object})
+    raise TypeError(
+        f"{type(model).__name__} has no posterior to export; to_inference_data, loo and "
+        f"compare work with the Bayesian models only: {', '.join(names)}"
+    )
+
+
+def _make_probit_log_probs(link):
+    def log_probs(params, X):
+        f = X @ params["coef"]
+        scale = jnp.broadcast_to(params["sigma"], f.shape)
+        return log_class_probs(f, scale, params["thresholds"], link)
+
+    return log_probs
+
+
+_PROBIT_LOG_PROBS = {link: _make_probit_log_probs(link) for link in LINKS}
+
+
+def _probit_posterior(result: ProbitResult, thresholds_cov, link, classes, feature_names,
+                      model_name) -> LaplacePosterior:
+    res = jax.tree_util.tree_map(np.asarray, result)
+    d = res.coef.shape[0]
+    k1 = res.thresholds.shape[0]
+    theta = np.asarray(params_from_thresholds(jnp.asarray(res.thresholds)))
+    # Thresholds are drawn in (b_1, log-gap) space (delta method) so every draw is ordered.
+    jac = np.asarray(thresholds_jacobian(jnp.asarray(theta)))
+    jinv = np.linalg.solve(jac, np.eye(k1))
+    thr_cov = np.nan_to_num(np.asarray(thresholds_cov, dtype=np.float64))
+    cov = np.block([[res.coef_cov, res.cross_cov @ jinv.T],
+                    [jinv @ res.cross_cov.T, jinv @ thr_cov @ jinv.T]])
+    mean = np.concatenate([res.coef, theta])
+
+    def unpack(flat):
+        return {"coef": flat[:, :d], "thresholds": jax.vmap(thresholds_from_params)(flat[:, d:])}
+
+    cls = [str(c) for c in classes]
+    coords = {"feature": list(feature_names),
+              "cut": [f"{cls[k]}|{cls[k + 1]}" for k in range(k1)]}
+    dims = {"coef": ("feature",), "thresholds": ("cut",), "alpha": ("feature",), "sigma": ()}
+    fixed = {"sigma": np.asarray(res.sigma, dtype=np.float64),
+             "alpha": np.asarray(res.alpha, dtype=np.float64)}
+    return LaplacePosterior(model_name, mean, cov, unpack, fixed, dims, coords,
+                            _PROBIT_LOG_PROBS[link], np.asarray(classes))
+
+
+@laplace_posterior.register(ProbitResult)
+def _(result, *, link="probit", classes=None, feature_names=None, **kwargs):
+    k = result.thresholds.shape[0] + 1
+    d = result.coef.shape[0]
+    classes = np.arange(k) if classes is None else np.asarray(classes)
+    names = [f"x{j}" for j in range(d)] if feature_names is None else list(feature_names)
+    return _probit_posterior(result, result.thresholds_cov, link, classes, names, "ordinal probit")
+
+
+def _register_estimators():
+    from .estimators import OrdinalProbit
+
+    @laplace_posterior.register(OrdinalProbit)
+    def _(model, **kwargs):
+        from sklearn.utils.validation import check_is_fitted
+
+        check_is_fitted(model, "coef_")
+        names = getattr(model, "feature_names_in_", None)
+        names = [f"x{j}" for j in range(len(model.coef_))] if names is None else list(names)
+        # In "evidence" mode the estimator holds the evidence-curvature covariance of the
+        # thresholds; NaN (a flat direction) becomes 0 (those thresholds held fixed).
+        return _probit_posterior(model.result_, model.thresholds_cov_, model.link,
+                                 model.classes_, names, "OrdinalProbit")
+
+
+_register_estimators()
+
+
+def _as_key(key):
+    if key is None:
+        return jax.random.key(0)
+    if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
+        return jax.random.key(int(key))
+    return key
+
+
+def _gaussian_draws(mean, cov, key, n):
+    # Symmetric square root by eigh: works for the singular covariances of held parameters.
+    evals, evecs = np.linalg.eigh(0.5 * (cov + cov.T))
+    root = evecs * np.sqrt(np.clip(evals, 0.0, None))
+    z = np.asarray(jax.random.normal(key, (n, mean.shape[0]), dtype=jnp.float64
+                                     if jax.config.read("jax_enable_x64") else jnp.float32))
+    return mean + z @ root.T
+
+
+def _check_draws(name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def _observed_codes(y, classes):
+    y = np.asarray(y)
+    if y.ndim != 1:
+        raise ValueError(f"y must be one-dimensional, got shape {y.shape}")
+    codes = np.full(y.shape, -1, dtype=np.int64)
+    for k, c in enumerate(classes):
+        codes[y == c] = k
+    if np.any(codes < 0):
+        unknown = sorted({str(v) for v in y[codes < 0]})[:5]
+        raise ValueError(f"y has labels not among the model's classes {list(classes)}: {unknown}")
+    return codes
+
+
+@partial(jax.jit, static_argnums=(0, 1))
+def _pointwise(log_probs, block, draws, fixed, X, y, keys):
+    """Pointwise log-likelihood (S, n) and posterior-predictive classes (S, n)."""
+
+    def one(args):
+        p, k = args
+        logp = log_probs({**p, **fixed}, X)
+        loglik = jnp.take_along_axis(logp, y[:, None], axis=1)[:, 0]
+        return loglik, jax.random.categorical(k, logp, axis=1)
+
+    return jax.lax.map(one, (draws, keys), batch_size=block)
+
+
+def to_inference_data(model, X, y, *, draws: int = 500, chains: int = 4, key=None,
+                      block: int = 256, **kwargs):
+    """An :class:`arviz.InferenceData` of a fitted Bayesian model's Laplace posterior.
+
+    Args:
+        model: a fitted :class:`bayesord.OrdinalProbit`, or a
+            :class:`bayesord.ProbitResult` (then pass ``link=`` if not "probit", and
+            optionally ``classes=``, ``feature_names=``).
+        X: inputs whose observed labels are ``y`` (usually the training data), (n, d).
+        y: observed labels, shape (n,), in the model's classes.
+        draws: draws per chain.
+        chains: independent chains (the draws are independent; chains let ArviZ's
+            r_hat and ESS be computed as usual).
+        key: a ``jax.random`` key or an int seed (default 0).
+        block: draws evaluated at a time (memory O(block * n * K)).
+
+    Returns:
+        InferenceData with groups posterior, log_likelihood, posterior_predictive,
+        observed_data; dims ``chain``, ``draw``, ``obs_id`` and the model's parameter dims.
+
+    Raises:
+        TypeError: the model has no posterior (SVMs, perceptrons).
+        ValueError: X and y disagree in length, y has unknown labels, bad draw counts.
+
+    Example:
+        >>> import arviz as az
+        >>> from bayesord import OrdinalProbit
+        >>> from bayesord.datasets import make_ordinal_probit
+        >>> X, y, _ = make_ordinal_probit(200, 2, 3, seed=0)
+        >>> idata = to_inference_data(OrdinalProbit().fit(X, y), X, y, draws=100)
+        >>> sorted(idata.groups())
+        ['log_likelihood', 'observed_data', 'posterior', 'posterior_predictive']
+    """
+    import arviz as az
+
+    post = laplace_posterior(model, **kwargs)
+    draws = _check_draws("draws", draws)
+    chains = _check_draws("chains", chains)
+    block = _check_draws("block", block)
+    X = np.asarray(X, dtype=np.float64)
+    if X.ndim != 2:
+        raise ValueError(f"X must be two-dimensional, got shape {X.shape}")
+    codes = _observed_codes(y, post.classes)
+    if X.shape[0] != codes.shape[0]:
+        raise ValueError(f"X has {X.shape[0]} rows but y has {codes.shape[0]}")
+    if not np.all(np.isfinite(X)):
+        raise ValueError("X contains NaN or inf")
+    n_total = draws * chains
+    key_draw, key_pred = jax.random.split(_as_key(key))
+    flat = _gaussian_draws(post.mean, post.cov, key_draw, n_total)
+    params = {k: np.asarray(v) for k, v in post.unpack(jnp.asarray(flat)).items()}
+    Xj = jnp.asarray(X, dtype=flat.dtype)
+    yj = jnp.asarray(codes, dtype=jnp.int32)
+
+    keys = jax.random.split(key_pred, n_total)
+    fixed = {k: jnp.asarray(v, dtype=flat.dtype) for k, v in post.fixed.items()}
+    loglik, pred = _pointwise(post.log_class_probs, block,
+                              jax.tree_util.tree_map(jnp.asarray, params), fixed, Xj, yj, keys)
+    loglik = np.asarray(loglik, dtype=np.float64)
+    pred = np.asarray(pred)
+
+    # Numeric labels are kept as such; other labels become positions 0..K-1.
+    numeric = post.classes.dtype.kind in "biuf"
+    values = post.classes if numeric else np.arange(len(post.classes))
+
+    def per_chain(a):
+        return a.reshape((chains, draws) + a.shape[1:])
+
+    posterior = {k: per_chain(v) for k, v in params.items()}
+    for name, value in post.fixed.items():
+        posterior[name] = np.broadcast_to(value, (chains, draws) + np.shape(value)).copy()
+    dims = {k: list(v) for k, v in post.dims.items()}
+    dims["y"] = ["obs_id"]
+    coords = dict(post.coords)
+    coords["obs_id"] = np.arange(X.shape[0])
+    attrs = {"model": post.model, "inference": "Laplace approximation (independent draws)",
+             "classes": [str(c) for c in post.classes], "library": "bayesord"}
+    return az.from_dict(
+        posterior=posterior,
+        log_likelihood={"y": per_chain(loglik)},
+        posterior_predictive={"y": per_chain(values[pred])},
+        observed_data={"y": values[codes]},
+        coords=coords, dims=dims, attrs=attrs,
+    )
+
+
+def loo(model_or_idata, X=None, y=None, **kwargs):
+    """PSIS-LOO of a fitted Bayesian model (or of an InferenceData from
+    :func:`to_inference_data`), with the Pareto-k diagnostic surfaced.
+
+    Args:
+        model_or_idata: a fitted Bayesian model (then give X, y) or an InferenceData.
+        X: the inputs the model was fitted on, (n, d).
+        y: the labels the model was fitted on, (n,).
+        **kwargs: passed to :func:`to_inference_data` (draws, chains, key, ...).
+
+    Returns:
+        ArviZ's ``ELPDData`` (pointwise), with ``elpd_loo``, ``p_loo``, ``pareto_k``.
+
+    Warns:
+        UserWarning: naming how many rows have Pareto k > 0.7 (their LOO estimate is
+            unreliable; refit without them or use K-fold CV for those rows).
+    """
+    import arviz as az
+
+    idata = model_or_idata
+    if not isinstance(idata, az.InferenceData):
+        if X is None or y is None:
+            raise ValueError("give X and y to compute LOO from a fitted model")
+        idata = to_inference_data(model_or_idata, X, y, **kwargs)
+    with warnings.catch_warnings():
+        # ArviZ's own warning is repeated below with the count of affected rows.
+        warnings.filterwarnings("ignore", message="Estimated shape parameter of Pareto")
+        res = az.loo(idata, pointwise=True)
+    k = np.asarray(res.pareto_k)
+    bad = int(np.sum(k > 0.7))
+    if bad:
+        warnings.warn(f"PSIS-LOO: {bad} of {k.size} rows have Pareto k > 0.7 (max {k.max():.2f}); "
+                      "their leave-one-out estimates are unreliable", UserWarning, stacklevel=2)
+    return res
+
+
+def compare(models: Mapping[str, Any], X=None, y=None, **kwargs):
+    """Rank fitted Bayesian models (or InferenceData objects) by PSIS-LOO.
+
+    Args:
+        models: name -> fitted model or InferenceData; all on the same rows.
+        X: the inputs (needed for fitted models), (n, d).
+        y: the labels (needed for fitted models), (n,).
+        **kwargs: passed to :func:`to_inference_data`.
+
+    Returns:
+        :func:`arviz.compare`'s DataFrame (rank 0 is the best expected log predictive
+        density), after :func:`loo` has warned about any Pareto k > 0.7.
+    """
+    import arviz as az
+
+    if len(models) < 2:
+        raise ValueError("compare needs at least two models")
+    idatas = {}
+    for name, m in models.items():
+        idatas[name] = m if isinstance(m, az.InferenceData) else to_inference_data(m, X, y, **kwargs)
+        loo(idatas[name])
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Estimated shape parameter of Pareto")
+        return az.compare(idatas, ic="loo")
+
+
+
+# ------------------------------------------------------------ relevance-vector diagnostics
+# Array-level helpers for the sparse Bayesian kernel models (ISBOR/SBOR): they take the
+# quantities such a fit reports, so they do not depend on its result type.
+
+
+def relevance_table(indices, alpha, weights, weights_sd=None):
+    """One row per relevance vector: its training-row index, precision and weight.
+
+    Args:
+        indices: training-row indices of the relevance vectors, shape (M,).
+        alpha: their prior precisions, shape (M,).
+        weights: their posterior mean weights, shape (M,).
+        weights_sd: posterior standard deviations of the weights, shape (M,) (optional).
+
+    Returns:
+        pandas DataFrame indexed by ``row``, sorted by decreasing ``|weight|``.
+    """
+    import pandas as pd
+
+    cols = {"row": np.asarray(indices, dtype=np.int64), "alpha": np.asarray(alpha, float),
+            "weight": np.asarray(weights, float)}
+    if weights_sd is not None:
+        cols["weight_sd"] = np.asarray(weights_sd, float)
+    m = cols["row"].shape
+    if any(np.shape(v) != m for v in cols.values()) or len(m) != 1:
+        raise ValueError(f"indices, alpha, weights (and weights_sd) must be 1-D of one length, "
+                         f"got {[np.shape(v) for v in cols.values()]}")
+    frame = pd.DataFrame(cols).set_index("row")
+    return frame.iloc[np.argsort(-np.abs(frame["weight"].to_numpy()), kind="stable")]
+
+
+def plot_evidence_trace(log_evidence, actions=None, ax=None):
+    """Log evidence against iteration, coloured by the action taken at each iteration.
+
+    Args:
+        log_evidence: log evidence after each iteration, shape (T,).
+        actions: action codes per iteration, shape (T,): 0 add, 1 re-estimate, 2 delete
+            (:data:`ACTIONS`); optional.
+        ax: a matplotlib Axes (default: a new figure).
+
+    Returns:
+        The matplotlib Axes.
+    """
+    import matplotlib.pyplot as plt
+
+    ev = np.asarray(log_evidence, dtype=np.float64)
+    if ev.ndim != 1:
+        raise ValueError(f"log_evidence must be 1-D, got shape {ev.shape}")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 3.5))
+    it = np.arange(1, ev.shape[0] + 1)
+    ax.plot(it, ev, color="0.5", linewidth=1)
+    if actions is not None:
+        actions = np.asarray(actions)
+        if actions.shape != ev.shape:
+            raise ValueError(f"actions must have shape {ev.shape}, got {actions.shape}")
+        for code, name in enumerate(ACTIONS):
+            sel = actions == code
+            if np.any(sel):
+                ax.scatter(it[sel], ev[sel], s=12, label=name, zorder=3)
+        ax.legend(fontsize=8)
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("log evidence")
+    return ax
+
+
+def plot_relevance_vectors(X, y, indices, ax=None):
+    """Training data in 2-D coloured by class, relevance vectors circled.
+
+    Args:
+        X: training inputs, shape (n, 2).
+        y: training labels, shape (n,).
+        indices: training-row indices of the relevance vectors.
+        ax: a matplotlib Axes (default: a new figure).
+
+    Returns:
+        The matplotlib Axes.
+    """
+    import matplotlib.pyplot as plt
+
+    X = np.asarray(X, dtype=np.float64)
+    if X.ndim != 2 or X.shape[1] != 2:
+        raise ValueError(f"plot_relevance_vectors draws 2-D inputs, got X of shape {X.shape}")
+    y = np.asarray(y)
+    idx = np.asarray(indices, dtype=np.int64)
+    if y.shape != (X.shape[0],):
+        raise ValueError(f"y must have shape ({X.shape[0]},), got {y.shape}")
+    if idx.size and (idx.min() < 0 or idx.max() >= X.shape[0]):
+        raise ValueError("relevance indices must be rows of X")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5, 5))
+    for c in np.unique(y):
+        sel = y == c
+        ax.scatter(X[sel, 0], X[sel, 1], s=8, label=f"y = {c}")
+    ax.scatter(X[idx, 0], X[idx, 1], s=80, facecolors="none", edgecolors="k",
+               label=f"relevance vectors ({idx.size})")
+    ax.legend(fontsize=8)
+    return ax
