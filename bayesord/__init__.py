@@ -5,7 +5,7 @@ estimators on top.  The library never enables JAX's float64 mode itself; call
 ``jax.config.update("jax_enable_x64", True)`` for the precision-sensitive Bayesian paths.
 """
 
-from . import datasets, metrics
+from . import calibration, datasets, diagnostics, metrics
 from ._npsvor import NPSVORConfig, NPSVORResult, cv_npsvor, fit_npsvor, predict_r_new, predict_r_old
 from ._perceptron import (
     KernelPerceptronResult,
@@ -31,6 +31,7 @@ from ._rankpairs import (
     swapped_pairs_rate,
 )
 from ._status import Status
+from .diagnostics import to_inference_data
 from .estimators import NPSVOR, CuSumRank, OrdinalProbit, PRank, SwappedPairsSVM
 
 __version__ = "0.1.0"
@@ -67,5 +68,8 @@ __all__ = [
     "predict_r_old",
     "sample_class_probs",
     "swapped_pairs_rate",
+    "to_inference_data",
+    "calibration",
+    "diagnostics",
     "__version__",
 ]

@@ -232,6 +232,15 @@ class OrdinalProbit(OrdinalEstimator):
         err = np.abs(pred - codes)
         return -float(np.average(err, weights=sample_weight))
 
+    def to_inference_data(self, X, y, **kwargs):
+        """ArviZ ``InferenceData`` with posterior draws, log-likelihood and predictions.
+
+        See :func:`bayesord.diagnostics.to_inference_data` for the groups and arguments.
+        """
+        from ..diagnostics import to_inference_data
+
+        return to_inference_data(self, X, y, **kwargs)
+
     # ------------------------------------------------------------------ summary
     def summary(self, level=0.95):
         """Posterior mean, sd and a central interval for every coefficient and threshold.
