@@ -524,7 +524,8 @@ def fit_npsvor(X: EllMatrix, codes, n_classes: int, C1, C2, eps, tol, key,
         X: :class:`EllMatrix` from :func:`to_ell` (with the bias column if wanted).
         codes: (n,) int labels 0..p-1.
         n_classes: p (static).
-        C1, C2: positive penalties for I_k and for the other rows, scalars or shape S.
+        C1: positive penalty for the rows of I_k, scalar or shape S.
+        C2: positive penalty for the other rows, scalar or shape S.
         eps: epsilon >= 0 of the insensitive zone (scalar).
         tol: relative stopping tolerance eps_s of Eq. (31) (the paper uses 0.1).
         key: PRNG key for the pass permutations.
@@ -632,7 +633,13 @@ def cv_npsvor(X: EllMatrix, codes, n_classes: int, Cs, n_folds: int, eps, tol, k
     empty I_k, which is well defined.
 
     Args:
-        X, codes, n_classes, eps, tol, key, config: as for :func:`fit_npsvor`.
+        X: :class:`EllMatrix` (as for :func:`fit_npsvor`).
+        codes: (n,) int labels 0..p-1.
+        n_classes: p (static).
+        eps: epsilon of the insensitive zone.
+        tol: stopping tolerance of Eq. (31).
+        key: PRNG key for the pass permutations.
+        config: :class:`NPSVORConfig`.
         Cs: (nC,) positive C values.
         n_folds: number of folds (>= 2) when ``folds`` is None.
         sample_weight: optional (n,) row weights.

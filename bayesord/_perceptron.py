@@ -560,7 +560,9 @@ def fit_kernel_perceptron(X, y, config: PerceptronConfig, *, sample_weight=None,
         X: (n, d) dense training rows.
         y: (n,) int rank codes 0..r-1.
         config: :class:`PerceptronConfig` (``config.kernel`` picks the kernel).
-        sample_weight, key, hyper: as in :func:`fit_perceptron`.
+        sample_weight: row weights, as in :func:`fit_perceptron`.
+        key: PRNG key for the epoch shuffles.
+        hyper: traced hyperparameters from :func:`make_hyper`.
 
     Returns:
         :class:`KernelPerceptronResult`.

@@ -177,7 +177,8 @@ def violation_counts(t, u, codes, weights, n_ranks: int, method: str = "auto", t
     ``ties_violate`` it counts the swapped pairs of Eq. (1).
 
     Args:
-        t, u: shifted scores (n,).
+        t: lower shifted scores (n,).
+        u: upper shifted scores (n,).
         codes: int ranks in 0..n_ranks-1 (n,).
         weights: non-negative sample weights (n,).
         n_ranks: r, static.
@@ -262,7 +263,8 @@ def most_violated(scores, codes, weights, n_ranks: int, method: str = "auto", n_
 
     Args:
         scores: f = wᵀφ(x_i) (n,).
-        codes, weights: ranks 0..r-1 and sample weights (n,).
+        codes: ranks 0..r-1 (n,).
+        weights: sample weights (n,).
         n_ranks: r, static.
         method: counting scheme (see :func:`violation_counts`).
         n_pairs: N, the total pair weight; computed when None.

@@ -570,7 +570,7 @@ def kfold_indices(y_or_n, k: int = 5, seed=None, stratify: bool = True):
         A list of k pairs (train_idx, test_idx) of sorted int64 arrays; the test parts
         partition 0..n-1 and their sizes differ by at most one.
 
-    Example:
+    Examples:
         >>> folds = kfold_indices(10, k=5, seed=0)
         >>> [len(te) for _, te in folds]
         [2, 2, 2, 2, 2]

@@ -223,7 +223,8 @@ class CuSumRank(_StructuredPerceptron):
         delta: the passive-aggressive target margin (> 0); ignored by the perceptron.
         kernel: "linear" (primal, dense or sparse X), "rbf" or "poly" (dual, dense X).
         gamma: kernel scale; None means 1 / n_features.
-        degree, coef0: polynomial kernel (gamma x.x' + coef0)^degree.
+        degree: degree of the polynomial kernel (gamma x.x' + coef0)^degree.
+        coef0: constant of the polynomial kernel.
         fit_intercept: add the constant attribute x_d = -1 (learned thresholds).
         max_epochs: passes over the data in ``fit``.
         shuffle: new random order each epoch (from ``random_state``).
@@ -235,9 +236,16 @@ class CuSumRank(_StructuredPerceptron):
         coef_: (n_classes, n_features) rank weight vectors (row 0 is the sentinel w_1 = 0);
             linear kernel only.
         thresholds_: (n_classes,) thresholds b_k (w_k . x_aug = coef_[k] . x - b_k).
-        dual_coef_, support_: kernel expansion a_k(x) = sum_i dual_coef_[i, k] K(support_[i], x) - b_k.
-        mistakes_, abs_error_, n_updates_: per-epoch online mistakes, sum |y - y_hat|, updates.
-        n_iter_, converged_, n_steps_, classes_, n_features_in_.
+        dual_coef_: kernel expansion a_k(x) = sum_i dual_coef_[i, k] K(support_[i], x) - b_k.
+        support_: the training rows of the kernel expansion.
+        mistakes_: online mistakes per epoch.
+        abs_error_: online sum |y - y_hat| per epoch.
+        n_updates_: updates per epoch.
+        n_iter_: epochs run.
+        converged_: whether an epoch ended without updates (when that was asked for).
+        n_steps_: online steps taken in total.
+        classes_: labels in increasing order.
+        n_features_in_: number of features seen in ``fit``.
 
     Example:
         >>> import numpy as np
@@ -316,12 +324,16 @@ class PRank(_StructuredPerceptron):
     Args:
         averaged: predict with averaged weights (Collins 2002).
         margin: loss-augmented training (0: off).
-        max_epochs, shuffle, stop_if_separated, random_state: as in :class:`CuSumRank`.
+        max_epochs: passes over the data in ``fit``.
+        shuffle: new random order each epoch.
+        stop_if_separated: stop after an epoch without updates.
+        random_state: seed for the epoch shuffles.
 
     Attributes:
         coef_: (n_features,) the direction u.
         thresholds_: (n_classes,) b with thresholds_[0] = -inf.
-        mistakes_, abs_error_, n_updates_, n_iter_, converged_, n_steps_, classes_.
+        mistakes_: online mistakes per epoch (also ``abs_error_``, ``n_updates_``, ``n_iter_``,
+            ``converged_``, ``n_steps_``, ``classes_`` as in :class:`CuSumRank`).
 
     Example:
         >>> import numpy as np

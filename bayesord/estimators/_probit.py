@@ -60,7 +60,8 @@ class OrdinalProbit(OrdinalEstimator):
         noise_: the noise scale sigma (1).
         alpha_: prior precisions after fitting, shape (d,).
         log_evidence_: Laplace log evidence (Eq. 12 of the ISBOR paper).
-        n_iter_, converged_: how the solver ended.
+        n_iter_: iterations of the solver (L-BFGS in "evidence" mode, Newton in "joint").
+        converged_: whether every solve met its tolerance.
         result_: the functional :class:`bayesord._probit.ProbitResult`.
 
     Example:
