@@ -347,23 +347,20 @@ def _solve_fixed_b(X, s, c, sq, alpha, b, tol, key, config: RedSVMConfig):
     def row_update(t, carry):
         alpha, w, theta, perm = carry
         i = perm[t]
-        hx = _row_dot(X, i, w)
         q = sq[i] + 1.0
-        coef = jnp.zeros((), w.dtype)
-        row = alpha[i]
-        for k in range(km1):
+        ci = c[i]
+
+        def coord(k, inner):
+            hx, theta, coef, row = inner
             a_old = row[k]
             sk = s[i, k]
-            m = sk * (hx - theta[k] - b)
-            a_new = _coord_step(a_old, m, q, c[i], loss)
+            a_new = _coord_step(a_old, sk * (hx - theta[k] - b), q, ci, loss)
             d = (a_new - a_old) * sk
-            hx = hx + d * sq[i]
-            theta = theta.at[k].add(-d)
-            coef = coef + d
-            row = row.at[k].set(a_new)
-        alpha = alpha.at[i].set(row)
-        w = _row_axpy(X, i, w, coef)
-        return alpha, w, theta, perm
+            return hx + d * sq[i], theta.at[k].add(-d), coef + d, row.at[k].set(a_new)
+
+        inner = (_row_dot(X, i, w), theta, jnp.zeros((), w.dtype), alpha[i])
+        _, theta, coef, row = lax.fori_loop(0, km1, coord, inner)
+        return alpha.at[i].set(row), _row_axpy(X, i, w, coef), theta, perm
 
     def gap_of(alpha, w, theta):
         p = _primal(X, s, c, w, theta, b, loss)
@@ -396,51 +393,46 @@ def _fit_redsvm_jit(X, codes, c, alpha0, b0, tol, key, config):
     sq = _row_sqnorms(X)
     tol = jnp.asarray(tol, dtype)
 
-    def solve(alpha, b, salt):
-        return _solve_fixed_b(X, s, c, sq, alpha, b, tol, jax.random.fold_in(key, salt), config)
-
-    alpha, w, theta, gap, p, epochs, inner_ok = solve(alpha0, b0, 0)
-    if not config.fit_intercept:
-        status = jnp.where(~jnp.isfinite(p), Status.NONFINITE,
-                           jnp.where(inner_ok, Status.SUCCESS, Status.MAX_ITER)).astype(jnp.int32)
-        return RedSVMResult(w, theta, jnp.zeros((), dtype), alpha, p, gap, epochs,
-                            jnp.zeros((), jnp.int32), inner_ok, status)
-
     def slope(alpha):
         return jnp.sum(alpha * s)  # V'(b): residual of the equality constraint of Eq. (11)
 
     def slope_ok(alpha):
-        return jnp.abs(slope(alpha)) <= tol * jnp.maximum(jnp.sum(jnp.abs(alpha)), 1.0) * 10.0
+        return jnp.abs(slope(alpha)) <= 10.0 * tol * jnp.maximum(jnp.sum(jnp.abs(alpha)), 1.0)
 
+    max_it = config.max_bias_iter if config.fit_intercept else 1
     inf = jnp.asarray(jnp.inf, dtype)
+    zero = jnp.zeros((), dtype)
+    # The first step solves at b0; later steps move b towards the root of V'(b).
     # state: alpha, w, theta, gap, p, b, lo, f_lo, hi, f_hi, step, epochs, it, inner_ok, done
-    init = (alpha, w, theta, gap, p, jnp.asarray(b0, dtype), -inf, -inf, inf, inf,
-            jnp.ones((), dtype), epochs, jnp.ones((), jnp.int32), inner_ok,
-            slope_ok(alpha) | ~jnp.isfinite(p))
+    init = (alpha0, jnp.zeros(X.shape[1], dtype), jnp.zeros(config.n_classes - 1, dtype), inf, inf,
+            jnp.asarray(b0, dtype), -inf, -inf, inf, inf, jnp.ones((), dtype),
+            jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32), jnp.zeros((), bool), jnp.zeros((), bool))
 
     def cond(st):
-        return (~st[14]) & (st[12] < config.max_bias_iter)
+        return (~st[14]) & (st[12] < max_it)
 
     def body(st):
         alpha, w, theta, gap, p, b, lo, f_lo, hi, f_hi, step, epochs, it, inner_ok, done = st
         f = slope(alpha)
-        lo, f_lo = jnp.where(f < 0, b, lo), jnp.where(f < 0, f, f_lo)
-        hi, f_hi = jnp.where(f > 0, b, hi), jnp.where(f > 0, f, f_hi)
+        first = it == 0
+        lo, f_lo = jnp.where(~first & (f < 0), b, lo), jnp.where(~first & (f < 0), f, f_lo)
+        hi, f_hi = jnp.where(~first & (f > 0), b, hi), jnp.where(~first & (f > 0), f, f_hi)
         bracketed = jnp.isfinite(lo) & jnp.isfinite(hi)
         falsi = (lo * f_hi - hi * f_lo) / (f_hi - f_lo)
-        mid = 0.5 * (lo + hi)
         inside = (falsi > lo) & (falsi < hi)
-        b_br = jnp.where((it % 2 == 1) & inside, falsi, mid)
-        b_new = jnp.where(bracketed, b_br, jnp.where(f > 0, b - step, b + step))
-        step = jnp.where(bracketed, step, 2.0 * step)
-        alpha, w, theta, gap, p, e, inner_ok = solve(alpha, b_new, it)
+        b_br = jnp.where((it % 2 == 0) & inside, falsi, 0.5 * (lo + hi))
+        b_new = jnp.where(first, b, jnp.where(bracketed, b_br, jnp.where(f > 0, b - step, b + step)))
+        step = jnp.where(first | bracketed, step, 2.0 * step)
+        alpha, w, theta, gap, p, e, inner_ok = _solve_fixed_b(
+            X, s, c, sq, alpha, b_new, tol, jax.random.fold_in(key, it), config)
         narrow = bracketed & ((hi - lo) <= 1e-12 * (1.0 + jnp.abs(b_new)))
-        done = slope_ok(alpha) | narrow | ~jnp.isfinite(p)
+        done = (slope_ok(alpha) if config.fit_intercept else True) | narrow | ~jnp.isfinite(p)
         return (alpha, w, theta, gap, p, b_new, lo, f_lo, hi, f_hi, step, epochs + e, it + 1,
                 inner_ok, done)
 
     st = lax.while_loop(cond, body, init)
     alpha, w, theta, gap, p, b, _, _, _, _, _, epochs, it, inner_ok, done = st
+    b = b if config.fit_intercept else zero
     converged = done & inner_ok & jnp.isfinite(p)
     status = jnp.where(~jnp.isfinite(p), Status.NONFINITE,
                        jnp.where(converged, Status.SUCCESS, Status.MAX_ITER)).astype(jnp.int32)

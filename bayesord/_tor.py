@@ -193,65 +193,70 @@ def _fit_tor_jit(X, codes, unlabeled, weight, C1, c2_init, c2_growth, tol, key, 
     loss = config.loss
     K = config.n_classes
     lab_c = jnp.where(unlabeled, 0.0, C1 * weight)
-    keys = jax.random.split(key, 2)
-
-    # Algorithm 2: labeled-only model, pseudo-labels by class ratio.
-    r0 = fit_redsvm(X, jnp.where(unlabeled, 0, codes), lab_c, cfg, tol=tol, key=keys[0])
-    h0 = _matvec(X, r0.w)
-    labels0 = init_pseudo_labels(h0, unlabeled, codes, K)
 
     cap = config.max_retrains
     nan = jnp.full((cap,), jnp.nan, dtype)
-    # carry: labels, alpha, w, theta, b, obj(kept, current labels), c2, stage, n_ret, traces...
+    d = X.shape[1]
+    zeros_t = jnp.zeros((K - 1,), dtype)
+    # The first pass of the loop is Algorithm 2 (labeled rows only, then pseudo-labels);
+    # every later pass is one retraining of Algorithm 1 followed by one swap round.
     init = dict(
-        labels=labels0, alpha=r0.alpha, w=r0.w, theta=r0.theta, b=r0.b,
+        started=jnp.zeros((), bool), labels=codes, init_labels=codes,
+        alpha=jnp.zeros((codes.shape[0], K - 1), dtype), w=jnp.zeros((d,), dtype),
+        theta=zeros_t, b=jnp.zeros((), dtype),
+        init_w=jnp.zeros((d,), dtype), init_theta=zeros_t, init_b=jnp.zeros((), dtype),
         c2=jnp.asarray(c2_init, dtype), stage=jnp.zeros((), jnp.int32),
         n_ret=jnp.zeros((), jnp.int32), n_swaps=jnp.zeros((), jnp.int32),
-        n_rej=jnp.zeros((), jnp.int32), n_iter=r0.n_iter, all_conv=r0.converged,
-        bad=~jnp.isfinite(r0.objective),
+        n_rej=jnp.zeros((), jnp.int32), n_iter=jnp.zeros((), jnp.int32), all_conv=jnp.ones((), bool),
+        bad=jnp.zeros((), bool),
         obj_tr=nan, sw_tr=nan, st_tr=jnp.full((cap,), -1, jnp.int32), c2_tr=nan,
         nsw_tr=jnp.zeros((cap,), jnp.int32),
         stage_open=jnp.zeros((), bool), prev_swapped=jnp.asarray(jnp.inf, dtype),
     )
 
-    def c_of(c2):
-        return jnp.where(unlabeled, c2 * weight, C1 * weight)
-
     def cond(st):
         more_stages = (st["c2"] < C1) & (st["stage"] < config.max_stages)
-        return more_stages & (st["n_ret"] < cap) & ~st["bad"]
+        return (~st["started"] | (more_stages & (st["n_ret"] < cap))) & ~st["bad"]
 
     def body(st):
-        c = c_of(st["c2"])
-        r = fit_redsvm(X, st["labels"], c, cfg, tol=tol, key=jax.random.fold_in(keys[1], st["n_ret"]),
+        started = st["started"]
+        c = jnp.where(started, jnp.where(unlabeled, st["c2"] * weight, C1 * weight), lab_c)
+        r = fit_redsvm(X, st["labels"], c, cfg, tol=tol, key=jax.random.fold_in(key, st["n_ret"]),
                        alpha0=st["alpha"], b0=st["b"])
-        obj_new = r.objective
-        # keep the retrained model unless the inexact solve did not beat the post-swap point
-        keep_new = ~st["stage_open"] | (obj_new <= st["prev_swapped"])
-        w = jnp.where(keep_new, r.w, st["w"])
-        theta = jnp.where(keep_new, r.theta, st["theta"])
-        b = jnp.where(keep_new, r.b, st["b"])
-        obj = jnp.where(keep_new, obj_new, st["prev_swapped"])
-        h = _matvec(X, w)
-        labels, n_sw = _swap_round(h, theta, b, st["labels"], unlabeled, c, loss, K)
-        swapped_obj = jnp.where(n_sw > 0, _objective(X, labels, c, w, theta, b, loss), jnp.nan)
-        i = st["n_ret"]
-        stage_done = n_sw == 0
-        new = dict(
-            labels=labels, alpha=r.alpha, w=w, theta=theta, b=b,
-            c2=jnp.where(stage_done, st["c2"] * c2_growth, st["c2"]),
-            stage=st["stage"] + stage_done.astype(jnp.int32),
-            n_ret=i + 1, n_swaps=st["n_swaps"] + n_sw,
-            n_rej=st["n_rej"] + (~keep_new).astype(jnp.int32),
-            n_iter=st["n_iter"] + r.n_iter, all_conv=st["all_conv"] & r.converged,
-            bad=~jnp.isfinite(obj),
-            obj_tr=st["obj_tr"].at[i].set(obj), sw_tr=st["sw_tr"].at[i].set(swapped_obj),
-            st_tr=st["st_tr"].at[i].set(st["stage"]), c2_tr=st["c2_tr"].at[i].set(st["c2"]),
-            nsw_tr=st["nsw_tr"].at[i].set(n_sw),
-            stage_open=~stage_done,
-            prev_swapped=jnp.where(stage_done, jnp.inf, swapped_obj),
-        )
-        return new
+        common = dict(n_iter=st["n_iter"] + r.n_iter, all_conv=st["all_conv"] & r.converged)
+
+        def initialise():
+            labels0 = init_pseudo_labels(_matvec(X, r.w), unlabeled, codes, K)
+            return dict(st, started=jnp.ones((), bool), labels=labels0, init_labels=labels0,
+                        alpha=r.alpha, w=r.w, theta=r.theta, b=r.b, init_w=r.w,
+                        init_theta=r.theta, init_b=r.b, bad=~jnp.isfinite(r.objective), **common)
+
+        def transduce():
+            # keep the retrained model unless the inexact solve did not beat the post-swap point
+            keep_new = ~st["stage_open"] | (r.objective <= st["prev_swapped"])
+            w = jnp.where(keep_new, r.w, st["w"])
+            theta = jnp.where(keep_new, r.theta, st["theta"])
+            b = jnp.where(keep_new, r.b, st["b"])
+            obj = jnp.where(keep_new, r.objective, st["prev_swapped"])
+            labels, n_sw = _swap_round(_matvec(X, w), theta, b, st["labels"], unlabeled, c, loss, K)
+            swapped_obj = jnp.where(n_sw > 0, _objective(X, labels, c, w, theta, b, loss), jnp.nan)
+            i = st["n_ret"]
+            stage_done = n_sw == 0
+            return dict(
+                st, labels=labels, alpha=r.alpha, w=w, theta=theta, b=b,
+                c2=jnp.where(stage_done, st["c2"] * c2_growth, st["c2"]),
+                stage=st["stage"] + stage_done.astype(jnp.int32),
+                n_ret=i + 1, n_swaps=st["n_swaps"] + n_sw,
+                n_rej=st["n_rej"] + (~keep_new).astype(jnp.int32),
+                bad=~jnp.isfinite(obj),
+                obj_tr=st["obj_tr"].at[i].set(obj), sw_tr=st["sw_tr"].at[i].set(swapped_obj),
+                st_tr=st["st_tr"].at[i].set(st["stage"]), c2_tr=st["c2_tr"].at[i].set(st["c2"]),
+                nsw_tr=st["nsw_tr"].at[i].set(n_sw),
+                stage_open=~stage_done,
+                prev_swapped=jnp.where(stage_done, jnp.inf, swapped_obj), **common,
+            )
+
+        return lax.cond(started, transduce, initialise)
 
     st = lax.while_loop(cond, body, init)
     finished = ~(st["c2"] < C1)
@@ -259,8 +264,8 @@ def _fit_tor_jit(X, codes, unlabeled, weight, C1, c2_init, c2_growth, tol, key, 
                        jnp.where(~finished, Status.CAPACITY_REACHED,
                                  jnp.where(st["all_conv"], Status.SUCCESS, Status.MAX_ITER)))
     return TORResult(
-        labels=st["labels"], init_labels=labels0, w=st["w"], theta=st["theta"], b=st["b"],
-        init_w=r0.w, init_theta=r0.theta, init_b=r0.b,
+        labels=st["labels"], init_labels=st["init_labels"], w=st["w"], theta=st["theta"], b=st["b"],
+        init_w=st["init_w"], init_theta=st["init_theta"], init_b=st["init_b"],
         objective_trace=st["obj_tr"], swapped_trace=st["sw_tr"], trace_stage=st["st_tr"],
         trace_c2=st["c2_tr"], trace_swaps=st["nsw_tr"], n_retrains=st["n_ret"],
         n_stages=st["stage"], n_swaps=st["n_swaps"], n_rejected=st["n_rej"], n_iter=st["n_iter"],
