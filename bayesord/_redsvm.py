@@ -390,6 +390,14 @@ def _solve_fixed_b(X, s, c, sq, alpha, b, tol, key, config: RedSVMConfig):
 def _fit_redsvm_jit(X, codes, c, alpha0, b0, tol, key, config):
     dtype = c.dtype
     s = extended_labels(codes, config.n_classes).astype(dtype)
+    center = config.fit_intercept and not isinstance(X, PaddedRows)
+    if center:
+        # With a free intercept, w.(x - mu) - theta_k - (b - w.mu) is the same model, so the
+        # problem is unchanged; centring removes the rank-one mean component of the Gram
+        # matrix that slows coordinate descent.  Sparse rows are not centred (no densifying).
+        mu = jnp.mean(X, axis=0)
+        X = X - mu
+        b0 = b0 - jnp.dot(_w_theta(X, alpha0, s)[0], mu)
     sq = _row_sqnorms(X)
     tol = jnp.asarray(tol, dtype)
 
@@ -433,6 +441,8 @@ def _fit_redsvm_jit(X, codes, c, alpha0, b0, tol, key, config):
     st = lax.while_loop(cond, body, init)
     alpha, w, theta, gap, p, b, _, _, _, _, _, epochs, it, inner_ok, done = st
     b = b if config.fit_intercept else zero
+    if center:
+        b = b + jnp.dot(w, mu)
     converged = done & inner_ok & jnp.isfinite(p)
     status = jnp.where(~jnp.isfinite(p), Status.NONFINITE,
                        jnp.where(converged, Status.SUCCESS, Status.MAX_ITER)).astype(jnp.int32)
