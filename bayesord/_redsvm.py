@@ -118,12 +118,17 @@ class PaddedRows:
         return cls(children[0], children[1], aux)
 
 
-def padded_rows_from_csr(X, dtype=None) -> PaddedRows:
-    """Convert a scipy CSR matrix to :class:`PaddedRows` (host side, no densifying)."""
+def padded_rows_from_csr(X, dtype=None, multiple: int = 1) -> PaddedRows:
+    """Convert a scipy CSR matrix to :class:`PaddedRows` (host side, no densifying).
+
+    ``multiple`` rounds the padded width up (e.g. 32), so that matrices of similar
+    sparsity share one compiled solver.
+    """
     X = X.tocsr()
     n, d = X.shape
     counts = np.diff(X.indptr)
     r = max(int(counts.max()) if n else 1, 1)
+    r = -(-r // multiple) * multiple
     idx = np.zeros((n, r), dtype=np.int32)
     val = np.zeros((n, r), dtype=dtype or X.dtype)
     pos = np.arange(X.nnz) - np.repeat(X.indptr[:-1], counts)

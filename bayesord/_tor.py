@@ -71,6 +71,8 @@ class TORConfig:
         max_retrains: capacity of the objective trace; the run stops (status
             ``CAPACITY_REACHED``) when this many retrainings have been done.
         max_stages: cap on annealing stages (64 covers any ratio C1/c2_init below 2**64).
+        swap_rule: "eq5" (the paper's Eq. 5) or "descent" (any pair whose swap lowers
+            the loss; see :func:`_swap_round`).
     """
 
     n_classes: int
@@ -80,6 +82,11 @@ class TORConfig:
     max_bias_iter: int = 60
     max_retrains: int = 2000
     max_stages: int = 64
+    swap_rule: str = "eq5"
+
+    def __post_init__(self):
+        if self.swap_rule not in ("eq5", "descent"):
+            raise ValueError(f"swap_rule must be 'eq5' or 'descent', got {self.swap_rule!r}")
 
     @property
     def redsvm(self) -> RedSVMConfig:
@@ -161,8 +168,14 @@ def _row_losses(h, theta, b, codes, loss):
     return jnp.sum(margin_loss(s * (h[:, None] - theta[None, :] - b), loss), axis=1)
 
 
-def _swap_round(h, theta, b, labels, unlabeled, c, loss, n_classes):
-    """One pass of Algorithm 1 lines 9-15 with the model fixed; returns (labels, n_swapped)."""
+def _swap_round(h, theta, b, labels, unlabeled, c, loss, n_classes, rule="eq5"):
+    """One pass of Algorithm 1 lines 9-15 with the model fixed; returns (labels, n_swapped).
+
+    ``rule="eq5"`` admits the pairs of Eq. (5) (both rows predicted on the far side of
+    their label).  ``rule="descent"`` admits any pair whose swap strictly lowers the loss
+    (Joachims' condition for TSVM, of which Eq. 5 is a special case): the best ``i`` and
+    ``j`` are still chosen independently, and swapped when the total gain is positive.
+    """
     f = predict_codes(h, theta, b)
     n_sw = jnp.zeros((), jnp.int32)
     neg_inf = jnp.asarray(-jnp.inf, h.dtype)
@@ -171,11 +184,15 @@ def _swap_round(h, theta, b, labels, unlabeled, c, loss, n_classes):
         gain_up = c * (margin_loss(-g, loss) - margin_loss(g, loss))  # label k -> k+1
         # Eq. (5); the gain test only matters for unordered thresholds or zero weights,
         # where f(x) > k no longer implies g_k(x) > 0.
-        cand_i = unlabeled & (labels == k) & (f > k) & (gain_up > 0)
-        cand_j = unlabeled & (labels == k + 1) & (f < k + 1) & (gain_up < 0)
+        if rule == "eq5":
+            cand_i = unlabeled & (labels == k) & (f > k) & (gain_up > 0)
+            cand_j = unlabeled & (labels == k + 1) & (f < k + 1) & (gain_up < 0)
+        else:
+            cand_i = unlabeled & (labels == k)
+            cand_j = unlabeled & (labels == k + 1)
         i = jnp.argmax(jnp.where(cand_i, gain_up, neg_inf))
         j = jnp.argmax(jnp.where(cand_j, -gain_up, neg_inf))
-        ok = jnp.any(cand_i) & jnp.any(cand_j)
+        ok = jnp.any(cand_i) & jnp.any(cand_j) & (gain_up[i] - gain_up[j] > 0)
         labels = jnp.where(ok, labels.at[i].set(k + 1).at[j].set(k), labels)
         n_sw = n_sw + ok.astype(jnp.int32)
     return labels, n_sw
@@ -238,7 +255,8 @@ def _fit_tor_jit(X, codes, unlabeled, weight, C1, c2_init, c2_growth, tol, key, 
             theta = jnp.where(keep_new, r.theta, st["theta"])
             b = jnp.where(keep_new, r.b, st["b"])
             obj = jnp.where(keep_new, r.objective, st["prev_swapped"])
-            labels, n_sw = _swap_round(_matvec(X, w), theta, b, st["labels"], unlabeled, c, loss, K)
+            labels, n_sw = _swap_round(_matvec(X, w), theta, b, st["labels"], unlabeled, c, loss, K,
+                                       config.swap_rule)
             swapped_obj = jnp.where(n_sw > 0, _objective(X, labels, c, w, theta, b, loss), jnp.nan)
             i = st["n_ret"]
             stage_done = n_sw == 0

@@ -57,8 +57,9 @@ def test_pseudo_labels_follow_ratios_and_order():
 # ----------------------------------------------------------------- swap rule (Eq. 5)
 
 
-@pytest.mark.parametrize("loss", ["hinge", "logistic"])
-def test_swap_round_picks_best_pair_by_enumeration(loss):
+@pytest.mark.parametrize("loss,rule", [("hinge", "eq5"), ("logistic", "eq5"), ("hinge", "descent"),
+                                       ("squared_hinge", "descent")])
+def test_swap_round_picks_best_pair_by_enumeration(loss, rule):
     rng = np.random.default_rng(1)
     n, K = 40, 4
     X = rng.normal(size=(n, 2))
@@ -68,19 +69,20 @@ def test_swap_round_picks_best_pair_by_enumeration(loss):
     unl = rng.random(n) < 0.8
     c = np.where(unl, 0.7, 2.0)
     new, n_sw = _swap_round(jnp.asarray(h), jnp.asarray(theta), b, jnp.asarray(labels), jnp.asarray(unl),
-                            jnp.asarray(c), loss, K)
+                            jnp.asarray(c), loss, K, rule)
     # reference: for each k in turn, enumerate every admissible pair and take the best decrease
     f = np.sum(h[:, None] - theta[None, :] - b > 0, axis=1)
     lab = labels.copy()
     count = 0
     for k in range(K - 1):
         best, best_pair = 0.0, None
-        for i in np.flatnonzero(unl & (lab == k) & (f > k)):
-            for j in np.flatnonzero(unl & (lab == k + 1) & (f < k + 1)):
+        eq5 = rule == "eq5"
+        for i in np.flatnonzero(unl & (lab == k) & ((f > k) | (not eq5))):
+            for j in np.flatnonzero(unl & (lab == k + 1) & ((f < k + 1) | (not eq5))):
                 trial = lab.copy()
                 trial[i], trial[j] = k + 1, k
                 dec = np_objective(X, lab, c, w, theta, b, loss) - np_objective(X, trial, c, w, theta, b, loss)
-                assert dec > 0  # Proposition 2 for every admissible pair
+                assert dec > 0 or not eq5  # Proposition 2 for every pair admitted by Eq. (5)
                 if dec > best:
                     best, best_pair = dec, (i, j)
         if best_pair is not None:
@@ -212,6 +214,8 @@ def test_bad_input():
         T(c2_init=0.0).fit(X, y, X_unlabeled=X)
     with pytest.raises(ValueError, match="c2_growth"):
         T(c2_growth=1.0).fit(X, y, X_unlabeled=X)
+    with pytest.raises(ValueError, match="swap_rule"):
+        T(swap_rule="all").fit(X, y, X_unlabeled=X)
     with pytest.raises(ValueError, match="not both"):
         T().fit(X, y, X_unlabeled=X, unlabeled_mask=np.zeros(90, bool))
     with pytest.raises(TypeError, match="boolean"):

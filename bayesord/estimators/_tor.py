@@ -184,6 +184,8 @@ class TransductiveOrdinalRegression(_RedSVMBase):
         c2_init: first C2 of the annealing (1e-5 in the paper); must be in (0, C).
         c2_growth: factor applied to C2 after each stage (2 in the paper); must exceed 1.
         max_retrains: cap on retrainings (the objective trace's capacity).
+        swap_rule: "eq5" (the paper's Eq. 5: both rows predicted beyond their label) or
+            "descent" (any adjacent pair whose swap lowers the loss, Joachims' TSVM rule).
 
     Attributes:
         transduction_: labels of the unlabeled rows, in their given order.
@@ -198,7 +200,7 @@ class TransductiveOrdinalRegression(_RedSVMBase):
 
     def __init__(self, C=1.0, loss="hinge", kernel="linear", gamma=None, n_components=None,
                  fit_intercept=True, tol=1e-6, max_iter=1000, c2_init=1e-5, c2_growth=2.0,
-                 max_retrains=5000, random_state=None):
+                 max_retrains=5000, swap_rule="eq5", random_state=None):
         self.C = C
         self.loss = loss
         self.kernel = kernel
@@ -210,6 +212,7 @@ class TransductiveOrdinalRegression(_RedSVMBase):
         self.c2_init = c2_init
         self.c2_growth = c2_growth
         self.max_retrains = max_retrains
+        self.swap_rule = swap_rule
         self.random_state = random_state
 
     def _check_schedule(self):
@@ -221,6 +224,8 @@ class TransductiveOrdinalRegression(_RedSVMBase):
                 "while C2 < C1 (Algorithm 1), so no transductive stage would run")
         if self.c2_growth <= 1.0:
             raise ValueError(f"c2_growth must exceed 1 so that C2 reaches C, got {self.c2_growth}")
+        if self.swap_rule not in ("eq5", "descent"):
+            raise ValueError(f"swap_rule must be 'eq5' or 'descent', got {self.swap_rule!r}")
         if not isinstance(self.max_retrains, numbers.Integral) or self.max_retrains < 1:
             raise ValueError(f"max_retrains must be a positive integer, got {self.max_retrains!r}")
 
@@ -288,7 +293,7 @@ class TransductiveOrdinalRegression(_RedSVMBase):
         k_map, k_fit = jax.random.split(key)
         Z = self._features_fit(X_all, k_map)
         config = TORConfig(len(self.classes_), self.loss, bool(self.fit_intercept), int(self.max_iter),
-                           max_retrains=int(self.max_retrains))
+                           max_retrains=int(self.max_retrains), swap_rule=self.swap_rule)
         if n_unl == 0:
             res = fit_redsvm(Z, codes, self.C * sw, config.redsvm, tol=self.tol, key=k_fit)
             check_status(res.status, "TransductiveOrdinalRegression")
