@@ -141,6 +141,7 @@ def test_linear_matches_scipy_reference(loss, intercept):
         np.testing.assert_allclose(ours[-1], v_ref[-1], atol=2e-4)
 
 
+@pytest.mark.slow
 def test_sparse_rows_equal_dense():
     X, y = small_problem(seed=3, n=30, d=6, K=4)
     X[np.abs(X) < 0.7] = 0.0
@@ -153,9 +154,23 @@ def test_sparse_rows_equal_dense():
                                X @ np.asarray(sparse.w), atol=1e-12)
 
 
-@pytest.mark.parametrize("loss", ["hinge"] + [pytest.param(l, marks=pytest.mark.slow) for l in LOSSES[1:]])
+@pytest.mark.parametrize("loss", LOSSES)
 def test_thresholds_ordered(loss):
-    """Li & Lin: the optimal thresholds of Eq. (9) are ordered without a constraint."""
+    """Li & Lin: the optimal thresholds of Eq. (9) are ordered without a constraint.
+
+    Same shapes and config as the reference test above, so no new compilation; the K = 5
+    case is in the slow test below.
+    """
+    for seed in range(1, 6):
+        X, y = small_problem(seed=seed)
+        X[:, 0] *= 3.0  # strong signal: thresholds far apart, a disorder would show
+        res = fit_redsvm(X, y, np.full(15, 3.0), RedSVMConfig(3, loss), tol=1e-10)
+        assert np.all(np.diff(np.asarray(res.theta)) >= -1e-8)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loss", LOSSES)
+def test_thresholds_ordered_five_classes(loss):
     for seed in range(4):
         X, y = small_problem(seed=seed, n=40, d=3, K=5)
         res = fit_redsvm(X, y, np.full(40, 3.0), RedSVMConfig(5, loss), tol=1e-10)
@@ -283,6 +298,7 @@ def test_estimator_sparse_equals_dense():
     np.testing.assert_array_equal(a.predict(X), b.predict(sp.csr_matrix(X)))
 
 
+@pytest.mark.slow
 def test_estimator_kernel_nystrom():
     X, y = data(3)
     m = RedSVM(C=1.0, kernel="perceptron", n_components=50, random_state=0).fit(X, y)
