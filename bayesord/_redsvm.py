@@ -344,6 +344,7 @@ def _solve_fixed_b(X, s, c, sq, alpha, b, tol, key, config: RedSVMConfig):
     km1 = config.n_classes - 1
     n = s.shape[0]
     lo, hi = _box(c, loss)
+    n_active = jnp.sum(c > 0)
     alpha = jnp.clip(alpha, lo[:, None], hi[:, None])
     if loss == "logistic":  # the entropy is finite only strictly inside (0, c)
         alpha = jnp.where(c[:, None] > 0, jnp.clip(alpha, 1e-3 * c[:, None], 0.999 * c[:, None]), 0.0)
@@ -379,7 +380,9 @@ def _solve_fixed_b(X, s, c, sq, alpha, b, tol, key, config: RedSVMConfig):
     def body(state):
         alpha, w, theta, _, _, epoch = state
         perm = jax.random.permutation(jax.random.fold_in(key, epoch), n)
-        alpha, w, theta, _ = lax.fori_loop(0, n, row_update, (alpha, w, theta, perm))
+        # rows with c == 0 have alpha == 0 for good: visit only the others
+        perm = perm[jnp.argsort(c[perm] <= 0, stable=True)]
+        alpha, w, theta, _ = lax.fori_loop(0, n_active, row_update, (alpha, w, theta, perm))
         w, theta = _w_theta(X, alpha, s)  # re-anchor against drift
         gap, p = gap_of(alpha, w, theta)
         return alpha, w, theta, gap, p, epoch + 1

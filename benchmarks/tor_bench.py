@@ -148,10 +148,10 @@ def cv_c(Z, codes, K, grid, tol, seed):
 
 
 def bench_real(args):
-    names = ["abalone", "bank8fm", "california_housing"]
+    names = args.datasets.split(",")
     sizes = [100, 200, 400]
     reps = args.reps or (1 if args.quick else 20)
-    grid = [0.1, 1.0, 10.0] if args.quick else [10.0**k for k in range(-3, 6)]
+    grid = [0.1, 1.0, 10.0] if args.quick else [10.0**k for k in range(args.c_min, args.c_max + 1)]
     out = {}
     print(f"\n== real data (5 equal-frequency classes, perceptron kernel, {args.landmarks} landmarks, "
           f"{reps} realisations, C1 grid {grid}) ==")
@@ -258,6 +258,10 @@ def main(argv=None):
                     help="comma-separated subset of peer,synthetic,real,time")
     ap.add_argument("--sets", type=int, default=None, help="synthetic sets per p (default 1 quick / 20)")
     ap.add_argument("--reps", type=int, default=None, help="real-data realisations (default 1 quick / 20)")
+    ap.add_argument("--datasets", default="abalone,bank8fm,california_housing",
+                    help="real datasets (comma-separated)")
+    ap.add_argument("--c-min", type=int, default=-3, help="log10 of the smallest C1 in the CV grid")
+    ap.add_argument("--c-max", type=int, default=5, help="log10 of the largest C1 in the CV grid")
     ap.add_argument("--landmarks", type=int, default=300, help="Nystrom landmarks for the perceptron kernel")
     ap.add_argument("--c-synth", type=float, default=10.0, help="C1 for the synthetic benchmark")
     ap.add_argument("--c-time", type=float, default=1.0, help="C1 for the timing run")
