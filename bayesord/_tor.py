@@ -51,7 +51,6 @@ from ._redsvm import (
     fit_redsvm,
     margin_loss,
     predict_codes,
-    redsvm_objective,
 )
 from ._status import Status
 
@@ -330,14 +329,6 @@ def fit_tor(X, codes, unlabeled, config: TORConfig, *, C1=1.0, c2_init=1e-5, c2_
     return _fit_tor_jit(X, codes, unlabeled, weight, jnp.asarray(C1, dtype),
                         jnp.asarray(c2_init, dtype), jnp.asarray(c2_growth, dtype),
                         jnp.asarray(tol, dtype), key, config)
-
-
-def tor_objective(X, labels, unlabeled, w, theta, b, *, C1, C2, loss="hinge", weight=None):
-    """Eq. (4)/(10) at a given model and labeling (for checks and diagnostics)."""
-    n = np.shape(labels)[0]
-    weight = np.ones(n) if weight is None else np.asarray(weight)
-    c = np.where(np.asarray(unlabeled), C2 * weight, C1 * weight)
-    return redsvm_objective(X, jnp.asarray(labels, jnp.int32), c, w, theta, b, loss)
 
 
 def make_tor_synthetic(n_samples: int = 2500, p: float = 0.1, *, n_classes: int = 5,

@@ -50,7 +50,7 @@ from bayesord._redsvm import (  # noqa: E402
     predict_codes,
     transform_kernel_map,
 )
-from bayesord._tor import TORConfig, fit_tor, init_pseudo_labels, make_tor_synthetic  # noqa: E402
+from bayesord._tor import TORConfig, fit_tor, make_tor_synthetic  # noqa: E402
 from bayesord.datasets import equal_frequency_bins, load_csv  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import pytest
 import scipy.sparse as sp
 
-from bayesord._redsvm import RedSVMConfig, fit_redsvm, padded_rows_from_csr
+from bayesord._redsvm import padded_rows_from_csr
 from bayesord._tor import TORConfig, _swap_round, fit_tor, init_pseudo_labels, make_tor_synthetic
 from bayesord.estimators._tor import RedSVM, TransductiveOrdinalRegression
 
