@@ -209,7 +209,6 @@ def _fit_tor_jit(X, codes, unlabeled, weight, C1, c2_init, c2_growth, tol, key, 
     loss = config.loss
     K = config.n_classes
     lab_c = jnp.where(unlabeled, 0.0, C1 * weight)
-    floor = jnp.minimum(tol, 1e3 * jnp.finfo(dtype).eps)
 
     cap = config.max_retrains
     nan = jnp.full((cap,), jnp.nan, dtype)
@@ -229,7 +228,6 @@ def _fit_tor_jit(X, codes, unlabeled, weight, C1, c2_init, c2_growth, tol, key, 
         obj_tr=nan, sw_tr=nan, st_tr=jnp.full((cap,), -1, jnp.int32), c2_tr=nan,
         nsw_tr=jnp.zeros((cap,), jnp.int32),
         stage_open=jnp.zeros((), bool), prev_swapped=jnp.asarray(jnp.inf, dtype),
-        prev_gain=jnp.asarray(jnp.inf, dtype),
     )
 
     def cond(st):
@@ -239,11 +237,7 @@ def _fit_tor_jit(X, codes, unlabeled, weight, C1, c2_init, c2_growth, tol, key, 
     def body(st):
         started = st["started"]
         c = jnp.where(started, jnp.where(unlabeled, st["c2"] * weight, C1 * weight), lab_c)
-        # After a swap, solve finer than the objective decrease the swap bought, so that the
-        # retrained model can certify its own improvement (floored near the dtype's precision).
-        tol_r = jnp.where(st["stage_open"],
-                          jnp.clip(0.5 * st["prev_gain"] / jnp.abs(st["prev_swapped"]), floor, tol), tol)
-        r = fit_redsvm(X, st["labels"], c, cfg, tol=tol_r, key=jax.random.fold_in(key, st["n_ret"]),
+        r = fit_redsvm(X, st["labels"], c, cfg, tol=tol, key=jax.random.fold_in(key, st["n_ret"]),
                        alpha0=st["alpha"], b0=st["b"])
         common = dict(n_iter=st["n_iter"] + r.n_iter, all_conv=st["all_conv"] & r.converged)
 
@@ -276,8 +270,7 @@ def _fit_tor_jit(X, codes, unlabeled, weight, C1, c2_init, c2_growth, tol, key, 
                 st_tr=st["st_tr"].at[i].set(st["stage"]), c2_tr=st["c2_tr"].at[i].set(st["c2"]),
                 nsw_tr=st["nsw_tr"].at[i].set(n_sw),
                 stage_open=~stage_done,
-                prev_swapped=jnp.where(stage_done, jnp.inf, swapped_obj),
-                prev_gain=jnp.where(stage_done, jnp.inf, obj - swapped_obj), **common,
+                prev_swapped=jnp.where(stage_done, jnp.inf, swapped_obj), **common,
             )
 
         return lax.cond(started, transduce, initialise)
