@@ -1,0 +1,577 @@
+"""RED-SVM: ordinal regression as one extended binary SVM, with a family of losses.
+
+Source: Seah, Tsang & Ong, "Transductive Ordinal Regression" (TOR paper), Section II-B and
+IV-A/B, after Li & Lin's reduction.  Each example ``(x_i, y_i)`` with ``y_i`` in 1..K
+becomes K-1 binary examples (Eq. 1)::
+
+    x_i^k = (x_i, e_k),   y_i^k = 1 - 2 I[y_i <= k],   k = 1..K-1,
+
+a binary classifier with weight ``(w, -theta)`` (Eq. 2) scores them with
+``g_k(x) = w.x - theta_k - b`` and the rank is ``f(x) = 1 + sum_k I[g_k(x) > 0]`` (Eq. 3).
+Training solves Eq. (9) with any binary loss of Table II superimposed over the K-1 tasks
+(Eq. 6)::
+
+    min_{w, theta, b}  1/2 |w|^2 + 1/2 |theta|^2 + sum_i c_i sum_k loss(y_i^k g_k(x_i)),
+
+where ``loss(m)`` is written as a function of the binary margin ``m = y_i^k a``:
+hinge ``max(0, 1-m)``, squared hinge ``max(0, 1-m)^2``, logistic ``log(1+exp(-m))``,
+square ``(1-m)^2 = (a - y_i^k)^2`` and Laplacian ``|1-m| = |a - y_i^k|``.
+The intercept ``b`` is not regularised (it is the multiplier of the equality constraint of
+the dual Eq. 11); ``fit_intercept=False`` drops it.
+
+Solver.  For a fixed ``b`` the problem is a bias-free linear SVM over the extended examples;
+its dual::
+
+    max_alpha  sum_j c_j psi(alpha_j / c_j) + b sum_j alpha_j s_j - 1/2 |w(alpha)|^2 - 1/2 |theta(alpha)|^2,
+    w = sum_{i,k} alpha_ik s_ik x_i,   theta_k = -sum_i alpha_ik s_ik,
+
+(``psi(u) = -loss*(-u)``: ``u`` on [0,1] for hinge, on [-1,1] for Laplacian, ``u - u^2/4``
+on u>=0 / all u for squared hinge / square, the binary entropy on [0,1] for logistic) is
+maximised by dual coordinate descent (Hsieh et al. 2008; Yu et al. 2011 for logistic), with
+each row's K-1 coordinates updated together so that a row costs one dot product and one
+axpy.  The exact duality gap is computed after each epoch and is the stopping rule.
+The unregularised intercept is found by an outer one-dimensional convex search: the optimal
+value ``V(b)`` is convex with ``V'(b) = sum_j alpha_j(b) s_j``, so the root of that monotone
+function (the equality constraint of Eq. 11) is bracketed and refined by alternating
+regula-falsi and bisection steps, each warm-started from the previous dual point.
+
+Kernels (Section V-B).  The kernel model of Eq. (11) is trained in the primal on an
+empirical (Nystrom) feature map ``z(x) = Lambda^{-1/2} U^T k(L, x)`` of a positive definite
+kernel, with ``K_LL = U Lambda U^T``.  With every training row as landmark this is exact (the
+representer theorem puts ``w`` in the span of the training rows); with m < n landmarks it is
+the usual low-rank approximation (memory O(n m), time O(n m^2) for the map).
+The perceptron kernel ``-|x - x'|`` (Delta_p = 0) is only conditionally positive definite;
+it is replaced by ``|x - z0| + |x' - z0| - |x - x'|`` (z0 the landmark mean), which is
+positive definite and equals the perceptron kernel plus terms ``a(x) + a(x')`` that cancel
+under the dual equality constraint, so with the intercept the solution and the decision
+values ``g_k`` are the same as those of Eq. (11) with ``Delta_p = 0``.
+
+Sparse input is held as padded rows (:class:`PaddedRows`, built from scipy CSR on the
+host): each row keeps its nonzeros and is padded with explicit zeros to the longest row.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from ._status import Status
+
+__all__ = [
+    "LOSSES",
+    "KERNELS",
+    "PaddedRows",
+    "padded_rows_from_csr",
+    "RedSVMConfig",
+    "RedSVMResult",
+    "margin_loss",
+    "binary_loss",
+    "ordinal_loss",
+    "extended_labels",
+    "fit_redsvm",
+    "redsvm_objective",
+    "decision_scores",
+    "predict_codes",
+    "KernelMap",
+    "kernel_matrix",
+    "fit_kernel_map",
+    "transform_kernel_map",
+]
+
+LOSSES = ("hinge", "squared_hinge", "logistic", "square", "laplacian")
+KERNELS = ("linear", "perceptron", "rbf")
+
+
+# --------------------------------------------------------------------------- data layout
+
+
+@jax.tree_util.register_pytree_node_class
+class PaddedRows:
+    """A sparse matrix stored row by row, padded to the longest row.
+
+    Attributes:
+        indices: (n, r) int32 column indices (padding points at column 0).
+        values: (n, r) values (padding is 0.0, so it contributes nothing).
+        n_features: number of columns (static).
+    """
+
+    def __init__(self, indices, values, n_features: int):
+        self.indices = indices
+        self.values = values
+        self.n_features = int(n_features)
+
+    @property
+    def shape(self):
+        return (self.values.shape[0], self.n_features)
+
+    def tree_flatten(self):
+        return (self.indices, self.values), self.n_features
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        return cls(children[0], children[1], aux)
+
+
+def padded_rows_from_csr(X, dtype=None, multiple: int = 1) -> PaddedRows:
+    """Convert a scipy CSR matrix to :class:`PaddedRows` (host side, no densifying).
+
+    ``multiple`` rounds the padded width up (e.g. 32), so that matrices of similar
+    sparsity share one compiled solver.
+    """
+    X = X.tocsr()
+    n, d = X.shape
+    counts = np.diff(X.indptr)
+    r = max(int(counts.max()) if n else 1, 1)
+    r = -(-r // multiple) * multiple
+    idx = np.zeros((n, r), dtype=np.int32)
+    val = np.zeros((n, r), dtype=dtype or X.dtype)
+    pos = np.arange(X.nnz) - np.repeat(X.indptr[:-1], counts)
+    rows = np.repeat(np.arange(n), counts)
+    idx[rows, pos] = X.indices
+    val[rows, pos] = X.data
+    return PaddedRows(jnp.asarray(idx), jnp.asarray(val), d)
+
+
+def _matvec(X, w):
+    if isinstance(X, PaddedRows):
+        return jnp.sum(X.values * w[X.indices], axis=1)
+    return X @ w
+
+
+def _rmatvec(X, u):
+    if isinstance(X, PaddedRows):
+        contrib = (X.values * u[:, None]).ravel()
+        return jax.ops.segment_sum(contrib, X.indices.ravel(), num_segments=X.n_features)
+    return X.T @ u
+
+
+def _row_sqnorms(X):
+    if isinstance(X, PaddedRows):
+        return jnp.sum(X.values**2, axis=1)
+    return jnp.sum(X**2, axis=1)
+
+
+def _row_dot(X, i, w):
+    if isinstance(X, PaddedRows):
+        return jnp.dot(X.values[i], w[X.indices[i]])
+    return jnp.dot(X[i], w)
+
+
+def _row_axpy(X, i, w, t):
+    if isinstance(X, PaddedRows):
+        return w.at[X.indices[i]].add(t * X.values[i])
+    return w + t * X[i]
+
+
+# --------------------------------------------------------------------------- losses
+
+
+def margin_loss(m, loss: str):
+    """Binary loss of Table II as a function of the margin ``m = y^k a`` (Def. 3 holds)."""
+    if loss == "hinge":
+        return jnp.maximum(0.0, 1.0 - m)
+    if loss == "squared_hinge":
+        return jnp.maximum(0.0, 1.0 - m) ** 2
+    if loss == "logistic":
+        return jnp.logaddexp(0.0, -m)
+    if loss == "square":
+        return (1.0 - m) ** 2
+    if loss == "laplacian":
+        return jnp.abs(1.0 - m)
+    raise ValueError(f"unknown loss {loss!r}; choose one of {LOSSES}")
+
+
+def binary_loss(a, s, loss: str):
+    """``loss_{s}(a)`` of Table II for the binary label ``s`` in {-1, +1} and score ``a``."""
+    return margin_loss(s * a, loss)
+
+
+def extended_labels(codes, n_classes: int):
+    """Eq. (1): the (n, K-1) binary labels ``y_i^k = 1 - 2 I[y_i <= k]`` for codes 0..K-1."""
+    k = jnp.arange(n_classes - 1)
+    return jnp.where(codes[:, None] > k[None, :], 1.0, -1.0)
+
+
+def ordinal_loss(h, theta, b, codes, loss: str):
+    """Eq. (6): the ordinal loss ``sum_k loss_{y^k}(h - theta_k - b)``, shape (n,)."""
+    s = extended_labels(codes, theta.shape[0] + 1).astype(h.dtype)
+    g = h[:, None] - theta[None, :] - b
+    return jnp.sum(margin_loss(s * g, loss), axis=1)
+
+
+def _dual_psi(a, c, loss: str):
+    """``c psi(a / c)`` (the conjugate part of the dual), 0 where ``c == 0``."""
+    safe_c = jnp.where(c > 0, c, 1.0)
+    if loss in ("hinge", "laplacian"):
+        val = a
+    elif loss in ("squared_hinge", "square"):
+        val = a - a**2 / (4.0 * safe_c)
+    else:  # logistic: binary entropy scaled by c
+        val = -(jax.scipy.special.xlogy(a, a / safe_c)
+                + jax.scipy.special.xlogy(safe_c - a, (safe_c - a) / safe_c))
+    return jnp.where(c > 0, val, 0.0)
+
+
+def _box(c, loss: str):
+    """Lower and upper bounds of ``alpha`` for the box of each loss."""
+    inf = jnp.full_like(c, jnp.inf)
+    if loss == "hinge" or loss == "logistic":
+        return jnp.zeros_like(c), c
+    if loss == "laplacian":
+        return -c, c
+    if loss == "squared_hinge":
+        return jnp.zeros_like(c), jnp.where(c > 0, inf, 0.0)
+    return jnp.where(c > 0, -inf, 0.0), jnp.where(c > 0, inf, 0.0)
+
+
+def _coord_step(a, m, q, c, loss: str):
+    """Maximise the dual along one coordinate: returns the new ``alpha``.
+
+    ``m`` is the binary margin at the current point, ``q = |x_i|^2 + 1`` the diagonal of the
+    extended Gram matrix.  The one-dimensional problem is
+    ``max_t c psi((a+t)/c) - t m - t^2 q / 2``.
+    """
+    safe_c = jnp.where(c > 0, c, 1.0)
+    if loss in ("hinge", "laplacian"):
+        lo, hi = _box(c, loss)
+        new = jnp.clip(a + (1.0 - m) / q, lo, hi)
+    elif loss in ("squared_hinge", "square"):
+        new = a + (1.0 - m - a / (2.0 * safe_c)) / (q + 1.0 / (2.0 * safe_c))
+        if loss == "squared_hinge":
+            new = jnp.maximum(new, 0.0)
+    else:
+        # Solve log((c-a')/a') - m - (a' - a) q = 0 for a' = c sigmoid(z), by Newton in z.
+        z0 = jnp.clip(jnp.log(a) - jnp.log(jnp.maximum(safe_c - a, 0.0)), -40.0, 40.0)
+
+        def newton(_, z):
+            sig = jax.nn.sigmoid(z)
+            f = -z - m - (safe_c * sig - a) * q
+            df = -1.0 - q * safe_c * sig * (1.0 - sig)
+            return jnp.clip(z - jnp.clip(f / df, -4.0, 4.0), -40.0, 40.0)
+
+        z = lax.fori_loop(0, 16, newton, z0)
+        new = safe_c * jax.nn.sigmoid(z)
+    return jnp.where(c > 0, new, 0.0)
+
+
+# --------------------------------------------------------------------------- solver
+
+
+@dataclasses.dataclass(frozen=True)
+class RedSVMConfig:
+    """Static settings of :func:`fit_redsvm`.
+
+    Attributes:
+        n_classes: number of ordinal classes K (>= 2).
+        loss: one of :data:`LOSSES`.
+        fit_intercept: include the unregularised ``b`` of Eq. (9).
+        max_epochs: cap on dual coordinate descent epochs per intercept value.
+        max_bias_iter: cap on the outer intercept search steps.
+    """
+
+    n_classes: int
+    loss: str = "hinge"
+    fit_intercept: bool = True
+    max_epochs: int = 1000
+    max_bias_iter: int = 60
+
+    def __post_init__(self):
+        if self.loss not in LOSSES:
+            raise ValueError(f"unknown loss {self.loss!r}; choose one of {LOSSES}")
+        if self.n_classes < 2:
+            raise ValueError("n_classes must be at least 2")
+
+
+class RedSVMResult(NamedTuple):
+    """Solution of Eq. (9)."""
+
+    w: jax.Array
+    """(d,) weights of the latent score ``h(x) = w.x``."""
+    theta: jax.Array
+    """(K-1,) thresholds (ordered at the optimum, as Li & Lin prove; not enforced)."""
+    b: jax.Array
+    """Scalar unregularised intercept; the effective thresholds are ``theta + b``."""
+    alpha: jax.Array
+    """(n, K-1) dual variables of the extended binary examples (warm start for a refit)."""
+    objective: jax.Array
+    """Primal objective of Eq. (9) at the solution."""
+    gap: jax.Array
+    """Duality gap of the last inner solve (for the final ``b``)."""
+    n_iter: jax.Array
+    """Total coordinate descent epochs over all intercept steps."""
+    n_bias_iter: jax.Array
+    """Number of intercept values tried by the outer search."""
+    converged: jax.Array
+    """Whether both the inner gap and the intercept condition met their tolerances."""
+    status: jax.Array
+    """:class:`bayesord._status.Status` code."""
+
+
+def _w_theta(X, alpha, s):
+    coef = jnp.sum(alpha * s, axis=1)
+    return _rmatvec(X, coef), -jnp.sum(alpha * s, axis=0)
+
+
+def _primal(X, s, c, w, theta, b, loss):
+    h = _matvec(X, w)
+    m = s * (h[:, None] - theta[None, :] - b)
+    return 0.5 * jnp.dot(w, w) + 0.5 * jnp.dot(theta, theta) + jnp.sum(c[:, None] * margin_loss(m, loss))
+
+
+def redsvm_objective(X, codes, c, w, theta, b, loss: str = "hinge"):
+    """Primal objective of Eq. (9) (Eq. (10) when ``c`` holds C1 and C2 per row)."""
+    if not isinstance(X, PaddedRows):
+        X = jnp.asarray(X)
+    s = extended_labels(codes, theta.shape[0] + 1).astype(w.dtype)
+    return _primal(X, s, jnp.asarray(c, w.dtype), w, theta, b, loss)
+
+
+def _dual(s, c, alpha, w, theta, b, loss):
+    cc = jnp.broadcast_to(c[:, None], alpha.shape)
+    return (jnp.sum(_dual_psi(alpha, cc, loss)) + b * jnp.sum(alpha * s)
+            - 0.5 * jnp.dot(w, w) - 0.5 * jnp.dot(theta, theta))
+
+
+def _solve_fixed_b(X, s, c, sq, alpha, b, tol, key, config: RedSVMConfig):
+    """Dual coordinate descent for a fixed intercept ``b``; returns (alpha, w, theta, gap, epochs)."""
+    loss = config.loss
+    km1 = config.n_classes - 1
+    n = s.shape[0]
+    lo, hi = _box(c, loss)
+    n_active = jnp.sum(c > 0)
+    alpha = jnp.clip(alpha, lo[:, None], hi[:, None])
+    if loss == "logistic":  # the entropy is finite only strictly inside (0, c)
+        alpha = jnp.where(c[:, None] > 0, jnp.clip(alpha, 1e-3 * c[:, None], 0.999 * c[:, None]), 0.0)
+    w, theta = _w_theta(X, alpha, s)
+
+    def row_update(t, carry):
+        alpha, w, theta, perm = carry
+        i = perm[t]
+        q = sq[i] + 1.0
+        ci = c[i]
+
+        def coord(k, inner):
+            hx, theta, coef, row = inner
+            a_old = row[k]
+            sk = s[i, k]
+            a_new = _coord_step(a_old, sk * (hx - theta[k] - b), q, ci, loss)
+            d = (a_new - a_old) * sk
+            return hx + d * sq[i], theta.at[k].add(-d), coef + d, row.at[k].set(a_new)
+
+        inner = (_row_dot(X, i, w), theta, jnp.zeros((), w.dtype), alpha[i])
+        _, theta, coef, row = lax.fori_loop(0, km1, coord, inner)
+        return alpha.at[i].set(row), _row_axpy(X, i, w, coef), theta, perm
+
+    def gap_of(alpha, w, theta):
+        p = _primal(X, s, c, w, theta, b, loss)
+        d = _dual(s, c, alpha, w, theta, b, loss)
+        return p - d, p
+
+    def cond(state):
+        _, _, _, gap, p, epoch = state
+        return (epoch < config.max_epochs) & ~(gap <= tol * jnp.maximum(p, 1e-300)) & jnp.isfinite(gap)
+
+    def body(state):
+        alpha, w, theta, _, _, epoch = state
+        perm = jax.random.permutation(jax.random.fold_in(key, epoch), n)
+        # rows with c == 0 have alpha == 0 for good: visit only the others
+        perm = perm[jnp.argsort(c[perm] <= 0, stable=True)]
+        alpha, w, theta, _ = lax.fori_loop(0, n_active, row_update, (alpha, w, theta, perm))
+        w, theta = _w_theta(X, alpha, s)  # re-anchor against drift
+        gap, p = gap_of(alpha, w, theta)
+        return alpha, w, theta, gap, p, epoch + 1
+
+    gap0, p0 = gap_of(alpha, w, theta)
+    state = (alpha, w, theta, gap0, p0, jnp.zeros((), jnp.int32))
+    alpha, w, theta, gap, p, epochs = lax.while_loop(cond, body, state)
+    inner_ok = gap <= tol * jnp.maximum(p, 1e-300)
+    return alpha, w, theta, gap, p, epochs, inner_ok
+
+
+@functools.partial(jax.jit, static_argnames=("config",))
+def _fit_redsvm_jit(X, codes, c, alpha0, b0, tol, key, config):
+    dtype = c.dtype
+    s = extended_labels(codes, config.n_classes).astype(dtype)
+    center = config.fit_intercept and not isinstance(X, PaddedRows)
+    if center:
+        # With a free intercept, w.(x - mu) - theta_k - (b - w.mu) is the same model, so the
+        # problem is unchanged; centring removes the rank-one mean component of the Gram
+        # matrix that slows coordinate descent.  Sparse rows are not centred (no densifying).
+        mu = jnp.mean(X, axis=0)
+        X = X - mu
+        b0 = b0 - jnp.dot(_w_theta(X, alpha0, s)[0], mu)
+    sq = _row_sqnorms(X)
+    tol = jnp.asarray(tol, dtype)
+
+    def slope(alpha):
+        return jnp.sum(alpha * s)  # V'(b): residual of the equality constraint of Eq. (11)
+
+    def slope_ok(alpha):
+        return jnp.abs(slope(alpha)) <= 10.0 * tol * jnp.maximum(jnp.sum(jnp.abs(alpha)), 1.0)
+
+    max_it = config.max_bias_iter if config.fit_intercept else 1
+    inf = jnp.asarray(jnp.inf, dtype)
+    zero = jnp.zeros((), dtype)
+    # The first step solves at b0; later steps move b towards the root of V'(b).
+    # state: alpha, w, theta, gap, p, b, lo, f_lo, hi, f_hi, step, epochs, it, inner_ok, done
+    init = (alpha0, jnp.zeros(X.shape[1], dtype), jnp.zeros(config.n_classes - 1, dtype), inf, inf,
+            jnp.asarray(b0, dtype), -inf, -inf, inf, inf, jnp.ones((), dtype),
+            jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32), jnp.zeros((), bool), jnp.zeros((), bool))
+
+    def cond(st):
+        return (~st[14]) & (st[12] < max_it)
+
+    def body(st):
+        alpha, w, theta, gap, p, b, lo, f_lo, hi, f_hi, step, epochs, it, inner_ok, done = st
+        f = slope(alpha)
+        first = it == 0
+        lo, f_lo = jnp.where(~first & (f < 0), b, lo), jnp.where(~first & (f < 0), f, f_lo)
+        hi, f_hi = jnp.where(~first & (f > 0), b, hi), jnp.where(~first & (f > 0), f, f_hi)
+        bracketed = jnp.isfinite(lo) & jnp.isfinite(hi)
+        falsi = (lo * f_hi - hi * f_lo) / (f_hi - f_lo)
+        inside = (falsi > lo) & (falsi < hi)
+        b_br = jnp.where((it % 2 == 0) & inside, falsi, 0.5 * (lo + hi))
+        b_new = jnp.where(first, b, jnp.where(bracketed, b_br, jnp.where(f > 0, b - step, b + step)))
+        step = jnp.where(first | bracketed, step, 2.0 * step)
+        alpha, w, theta, gap, p, e, inner_ok = _solve_fixed_b(
+            X, s, c, sq, alpha, b_new, tol, jax.random.fold_in(key, it), config)
+        narrow = bracketed & ((hi - lo) <= 1e-12 * (1.0 + jnp.abs(b_new)))
+        done = (slope_ok(alpha) if config.fit_intercept else True) | narrow | ~jnp.isfinite(p)
+        return (alpha, w, theta, gap, p, b_new, lo, f_lo, hi, f_hi, step, epochs + e, it + 1,
+                inner_ok, done)
+
+    st = lax.while_loop(cond, body, init)
+    alpha, w, theta, gap, p, b, _, _, _, _, _, epochs, it, inner_ok, done = st
+    b = b if config.fit_intercept else zero
+    if center:
+        b = b + jnp.dot(w, mu)
+    converged = done & inner_ok & jnp.isfinite(p)
+    status = jnp.where(~jnp.isfinite(p), Status.NONFINITE,
+                       jnp.where(converged, Status.SUCCESS, Status.MAX_ITER)).astype(jnp.int32)
+    return RedSVMResult(w, theta, b, alpha, p, gap, epochs, it, converged, status)
+
+
+def fit_redsvm(X, codes, c, config: RedSVMConfig, *, tol=1e-6, key=None, alpha0=None, b0=0.0):
+    """Solve Eq. (9) for the extended binary ordinal SVM (RED-SVM) with any Table II loss.
+
+    Args:
+        X: (n, d) dense array or :class:`PaddedRows` (sparse rows).
+        codes: (n,) int labels in 0..K-1.
+        c: (n,) per-row loss weights (``C`` times the sample weight; ``C1``/``C2`` in TOR).
+            Rows with ``c == 0`` do not enter the fit.
+        config: static :class:`RedSVMConfig`.
+        tol: relative duality-gap tolerance (traced).
+        key: PRNG key for the coordinate order (default ``PRNGKey(0)``).
+        alpha0: (n, K-1) warm start of the dual variables (default zeros).
+        b0: starting intercept for the outer search.
+
+    Returns:
+        :class:`RedSVMResult`.
+
+    Example:
+        >>> import numpy as np, jax.numpy as jnp
+        >>> X = jnp.asarray(np.random.default_rng(0).normal(size=(30, 2)))
+        >>> y = jnp.asarray((X[:, 0] > -0.5).astype(int) + (X[:, 0] > 0.5))
+        >>> res = fit_redsvm(X, y, jnp.ones(30), RedSVMConfig(n_classes=3))
+        >>> bool(res.converged)
+        True
+    """
+    if not isinstance(X, PaddedRows):
+        X = jnp.asarray(X)
+    dtype = X.values.dtype if isinstance(X, PaddedRows) else X.dtype
+    codes = jnp.asarray(codes, jnp.int32)
+    c = jnp.asarray(c, dtype)
+    n = codes.shape[0]
+    if alpha0 is None:
+        alpha0 = jnp.zeros((n, config.n_classes - 1), dtype)
+    if key is None:
+        key = jax.random.PRNGKey(0)
+    return _fit_redsvm_jit(X, codes, c, jnp.asarray(alpha0, dtype), jnp.asarray(b0, dtype),
+                           jnp.asarray(tol, dtype), key, config)
+
+
+def decision_scores(w, X):
+    """Latent score ``h(x) = w.x`` for dense rows or :class:`PaddedRows`."""
+    if not isinstance(X, PaddedRows):
+        X = jnp.asarray(X)
+    return _matvec(X, w)
+
+
+def predict_codes(h, theta, b):
+    """Eq. (3): ``f(x) - 1 = sum_k I[h(x) - theta_k - b > 0]`` as codes 0..K-1."""
+    return jnp.sum(h[:, None] - theta[None, :] - b > 0, axis=1).astype(jnp.int32)
+
+
+# --------------------------------------------------------------------------- kernels
+
+
+class KernelMap(NamedTuple):
+    """Empirical (Nystrom) feature map ``z(x) = k(x, L) U Lambda^{-1/2}``."""
+
+    landmarks: jax.Array
+    """(m, d) landmark rows L."""
+    center: jax.Array
+    """(d,) point z0 that makes the perceptron kernel positive definite."""
+    projection: jax.Array
+    """(m, m) ``U Lambda^{-1/2}`` with the columns of negligible eigenvalues zeroed."""
+    gamma: jax.Array
+    """RBF width (unused by the perceptron kernel)."""
+
+
+def _sqdist_block(A, B):
+    return jnp.sum((A[:, None, :] - B[None, :, :]) ** 2, axis=-1)
+
+
+def kernel_matrix(A, B, kind: str, gamma=1.0, center=None, block: int = 256):
+    """Kernel between the rows of A (n, d) and B (m, d), evaluated in row blocks.
+
+    ``kind="perceptron"`` gives the positive definite form
+    ``|a - z0| + |b - z0| - |a - b|`` of the perceptron kernel ``-|a - b|`` (Section V-B),
+    ``kind="rbf"`` gives ``exp(-gamma |a - b|^2)``.
+    """
+    A = jnp.asarray(A)
+    B = jnp.asarray(B)
+    n = A.shape[0]
+    nb = -(-n // block)
+    pad = nb * block - n
+    Ap = jnp.concatenate([A, jnp.zeros((pad, A.shape[1]), A.dtype)]).reshape(nb, block, -1)
+    if kind == "perceptron":
+        z0 = jnp.zeros(A.shape[1], A.dtype) if center is None else center
+        nb_ = jnp.sqrt(jnp.sum((B - z0) ** 2, axis=1))
+
+        def one(Ablk):
+            d = jnp.sqrt(_sqdist_block(Ablk, B))
+            na = jnp.sqrt(jnp.sum((Ablk - z0) ** 2, axis=1))
+            return na[:, None] + nb_[None, :] - d
+    elif kind == "rbf":
+        def one(Ablk):
+            return jnp.exp(-gamma * _sqdist_block(Ablk, B))
+    else:
+        raise ValueError(f"unknown kernel {kind!r}; choose 'perceptron' or 'rbf'")
+    return lax.map(one, Ap).reshape(nb * block, -1)[:n]
+
+
+@functools.partial(jax.jit, static_argnames=("kind",))
+def fit_kernel_map(landmarks, kind: str, gamma=1.0):
+    """Build the empirical feature map on the landmark rows (eigendecomposition of K_LL)."""
+    landmarks = jnp.asarray(landmarks)
+    center = jnp.mean(landmarks, axis=0)
+    K = kernel_matrix(landmarks, landmarks, kind, gamma, center)
+    K = 0.5 * (K + K.T)
+    lam, U = jnp.linalg.eigh(K)
+    eps = jnp.finfo(K.dtype).eps * K.shape[0] * jnp.maximum(jnp.max(lam), 1e-300) * 10.0
+    keep = lam > eps
+    proj = jnp.where(keep[None, :], U / jnp.sqrt(jnp.where(keep, lam, 1.0))[None, :], 0.0)
+    return KernelMap(landmarks, center, proj, jnp.asarray(gamma, K.dtype))
+
+
+@functools.partial(jax.jit, static_argnames=("kind",))
+def transform_kernel_map(kmap: KernelMap, X, kind: str):
+    """Feature rows ``z(x)`` (n, m) for new points: ``k(X, L) U Lambda^{-1/2}``."""
+    return kernel_matrix(X, kmap.landmarks, kind, kmap.gamma, kmap.center) @ kmap.projection

@@ -1,0 +1,347 @@
+"""scikit-learn estimators for RED-SVM and transductive ordinal regression (TOR).
+
+Numerics live in :mod:`bayesord._redsvm` and :mod:`bayesord._tor`; this module validates
+input, builds the feature representation (dense, padded sparse rows, or a kernel feature
+map), calls the functional core and maps codes back to the user's labels.
+"""
+
+from __future__ import annotations
+
+import numbers
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import scipy.sparse as sp
+
+from .._redsvm import (
+    KERNELS,
+    LOSSES,
+    RedSVMConfig,
+    decision_scores,
+    fit_kernel_map,
+    fit_redsvm,
+    padded_rows_from_csr,
+    predict_codes,
+    transform_kernel_map,
+)
+from .._status import check_status
+from .._tor import TORConfig, fit_tor
+from .._validation import check_sample_weight, check_X, encode_labels, float_dtype
+from ._base import OrdinalEstimator
+
+__all__ = ["RedSVM", "TransductiveOrdinalRegression"]
+
+
+def _check_positive(value, name):
+    if not isinstance(value, numbers.Real) or isinstance(value, bool) or not np.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+
+
+class _RedSVMBase(OrdinalEstimator):
+    _accept_sparse = True
+
+    def _check_params(self):
+        _check_positive(self.C, "C")
+        _check_positive(self.tol, "tol")
+        if self.loss not in LOSSES:
+            raise ValueError(f"loss must be one of {LOSSES}, got {self.loss!r}")
+        if self.kernel not in KERNELS:
+            raise ValueError(f"kernel must be one of {KERNELS}, got {self.kernel!r}")
+        if self.gamma is not None:
+            _check_positive(self.gamma, "gamma")
+        if self.n_components is not None and (
+                not isinstance(self.n_components, numbers.Integral) or self.n_components < 1):
+            raise ValueError(f"n_components must be a positive integer or None, got {self.n_components!r}")
+        if not isinstance(self.max_iter, numbers.Integral) or self.max_iter < 1:
+            raise ValueError(f"max_iter must be a positive integer, got {self.max_iter!r}")
+
+    def _key(self):
+        rs = self.random_state
+        if isinstance(rs, np.random.Generator):
+            seed = int(rs.integers(2**31 - 1))
+        elif rs is None:
+            seed = 0
+        else:
+            seed = int(np.random.RandomState(rs).randint(2**31 - 1))
+        return jax.random.PRNGKey(seed)
+
+    def _features_fit(self, X, key):
+        """Representation used by the solver; builds the kernel map on ``X`` when needed."""
+        dtype = float_dtype()
+        if self.kernel == "linear":
+            self.kernel_map_ = None
+            if sp.issparse(X):
+                return padded_rows_from_csr(X, dtype)
+            return jnp.asarray(X, dtype)
+        if sp.issparse(X):
+            raise TypeError(f"kernel={self.kernel!r} needs dense X; sparse input works with kernel='linear'")
+        n = X.shape[0]
+        m = n if self.n_components is None else min(self.n_components, n)
+        idx = np.sort(np.asarray(jax.random.choice(key, n, (m,), replace=False))) if m < n else np.arange(n)
+        gamma = 1.0 / X.shape[1] if self.gamma is None else self.gamma
+        self.kernel_map_ = fit_kernel_map(jnp.asarray(X[idx], dtype), self.kernel, gamma)
+        return transform_kernel_map(self.kernel_map_, jnp.asarray(X, dtype), self.kernel)
+
+    def _features_predict(self, X):
+        dtype = float_dtype()
+        if self.kernel_map_ is None:
+            if sp.issparse(X):
+                return padded_rows_from_csr(X, dtype)
+            return jnp.asarray(X, dtype)
+        if sp.issparse(X):
+            raise TypeError(f"kernel={self.kernel!r} needs dense X")
+        return transform_kernel_map(self.kernel_map_, jnp.asarray(X, dtype), self.kernel)
+
+    def _set_model(self, w, theta, b):
+        self.w_ = np.asarray(w)
+        self.intercept_ = float(b)
+        self.thresholds_ = np.asarray(theta) + float(b)
+        self.coef_ = self.w_ if self.kernel == "linear" else None
+
+    def decision_function(self, X):
+        """Latent score ``h(x) = w.z(x)``; class k+1 is predicted above ``thresholds_[k]``."""
+        X = self._validate_predict(X)
+        return np.asarray(decision_scores(jnp.asarray(self.w_), self._features_predict(X)))
+
+    def predict(self, X):
+        """Eq. (3): the number of thresholds below the score, mapped back to the labels."""
+        h = self.decision_function(X)
+        codes = predict_codes(jnp.asarray(h), jnp.asarray(self.thresholds_), 0.0)
+        return self._decode(np.asarray(codes))
+
+    def score(self, X, y, sample_weight=None):
+        """Negative mean absolute error in class steps (higher is better)."""
+        pred = self._encode_y(self.predict(X), X.shape[0])
+        codes = self._encode_y(y, X.shape[0])
+        sw = check_sample_weight(sample_weight, len(codes))
+        return -float(np.average(np.abs(pred - codes), weights=sw))
+
+
+class RedSVM(_RedSVMBase):
+    """RED-SVM: ordinal regression by one extended binary SVM (Eq. 1-3, 9; Li & Lin).
+
+    Args:
+        C: loss weight (C1 of Eq. 9).
+        loss: one of "hinge", "squared_hinge", "logistic", "square", "laplacian" (Table II).
+        kernel: "linear" (dense or CSR input), "perceptron" (``-|x - x'|``, Delta_p = 0) or
+            "rbf" (``exp(-gamma |x - x'|^2)``); kernels need dense input.
+        gamma: RBF width (default ``1 / n_features``).
+        n_components: number of Nystrom landmarks for kernels (None: every training row,
+            exact; memory O(n^2)).
+        fit_intercept: include the unregularised intercept ``b`` of Eq. (9).
+        tol: relative duality-gap tolerance.
+        max_iter: coordinate-descent epoch cap per intercept value.
+        random_state: seed for the coordinate order and landmark choice.
+
+    Attributes:
+        classes_, n_features_in_, w_ (weights in the feature or kernel-map space), coef_
+        (linear kernel only), thresholds_ (K-1 effective thresholds ``theta + b``),
+        intercept_, n_iter_, converged_, objective_, kernel_map_.
+    """
+
+    def __init__(self, C=1.0, loss="hinge", kernel="linear", gamma=None, n_components=None,
+                 fit_intercept=True, tol=1e-6, max_iter=1000, random_state=None):
+        self.C = C
+        self.loss = loss
+        self.kernel = kernel
+        self.gamma = gamma
+        self.n_components = n_components
+        self.fit_intercept = fit_intercept
+        self.tol = tol
+        self.max_iter = max_iter
+        self.random_state = random_state
+
+    def fit(self, X, y, sample_weight=None, classes=None):
+        """Fit on labeled data.  ``classes`` gives the label order (needed for strings)."""
+        self._check_params()
+        X, codes, sw = self._validate_fit(X, y, sample_weight, classes)
+        key = self._key()
+        k_map, k_fit = jax.random.split(key)
+        Z = self._features_fit(X, k_map)
+        config = RedSVMConfig(len(self.classes_), self.loss, bool(self.fit_intercept), int(self.max_iter))
+        res = fit_redsvm(Z, codes, self.C * sw, config, tol=self.tol, key=k_fit)
+        check_status(res.status, "RedSVM")
+        self._set_model(res.w, res.theta, res.b)
+        self.objective_ = float(res.objective)
+        self.n_iter_ = int(res.n_iter)
+        self.converged_ = bool(res.converged)
+        return self
+
+
+class TransductiveOrdinalRegression(_RedSVMBase):
+    """Transductive ordinal regression (TOR, Algorithm 1) over RED-SVM.
+
+    The unlabeled rows are given either as ``X_unlabeled`` or by ``unlabeled_mask`` over
+    the rows of ``X`` (labels at masked rows are ignored and may be anything, e.g. NaN);
+    never by a sentinel label.
+
+    Args:
+        C: C1, the loss weight of the labeled rows.
+        loss, kernel, gamma, n_components, fit_intercept, tol, max_iter, random_state: as in
+            :class:`RedSVM` (the kernel map is built on labeled and unlabeled rows together).
+        c2_init: first C2 of the annealing (1e-5 in the paper); must be in (0, C).
+        c2_growth: factor applied to C2 after each stage (2 in the paper); must exceed 1.
+        max_retrains: cap on retrainings (the objective trace's capacity).
+        swap_rule: "eq5" (the paper's Eq. 5: both rows predicted beyond their label) or
+            "descent" (any adjacent pair whose swap lowers the loss, Joachims' TSVM rule).
+
+    Attributes:
+        transduction_: labels of the unlabeled rows, in their given order.
+        init_transduction_: the pseudo-labels of Algorithm 2.
+        w_, coef_, thresholds_, intercept_: the final inductive model (``predict`` uses it).
+        objective_trace_, swapped_trace_, trace_stage_, trace_c2_, trace_swaps_: per
+            retraining, Eq. (10) at the kept model, after that retraining's swaps, its
+            annealing stage, its C2 and its number of swapped pairs.
+        swaps_per_stage_, retrains_per_stage_: totals per annealing stage.
+        n_retrains_, n_swaps_, n_rejected_, n_iter_, converged_.
+    """
+
+    def __init__(self, C=1.0, loss="hinge", kernel="linear", gamma=None, n_components=None,
+                 fit_intercept=True, tol=1e-6, max_iter=1000, c2_init=1e-5, c2_growth=2.0,
+                 max_retrains=5000, swap_rule="eq5", random_state=None):
+        self.C = C
+        self.loss = loss
+        self.kernel = kernel
+        self.gamma = gamma
+        self.n_components = n_components
+        self.fit_intercept = fit_intercept
+        self.tol = tol
+        self.max_iter = max_iter
+        self.c2_init = c2_init
+        self.c2_growth = c2_growth
+        self.max_retrains = max_retrains
+        self.swap_rule = swap_rule
+        self.random_state = random_state
+
+    def _check_schedule(self):
+        _check_positive(self.c2_init, "c2_init")
+        _check_positive(self.c2_growth, "c2_growth")
+        if self.c2_init >= self.C:
+            raise ValueError(
+                f"c2_init ({self.c2_init}) must be smaller than C ({self.C}): the annealing runs "
+                "while C2 < C1 (Algorithm 1), so no transductive stage would run")
+        if self.c2_growth <= 1.0:
+            raise ValueError(f"c2_growth must exceed 1 so that C2 reaches C, got {self.c2_growth}")
+        if self.swap_rule not in ("eq5", "descent"):
+            raise ValueError(f"swap_rule must be 'eq5' or 'descent', got {self.swap_rule!r}")
+        if not isinstance(self.max_retrains, numbers.Integral) or self.max_retrains < 1:
+            raise ValueError(f"max_retrains must be a positive integer, got {self.max_retrains!r}")
+
+    def fit(self, X, y, X_unlabeled=None, unlabeled_mask=None, classes=None, sample_weight=None):
+        """Fit on labeled rows plus unlabeled rows and label the latter.
+
+        Args:
+            X: labeled rows (or all rows when ``unlabeled_mask`` is given).
+            y: labels of the rows of ``X`` (ignored where ``unlabeled_mask`` is True).
+            X_unlabeled: unlabeled rows, same features as ``X``.
+            unlabeled_mask: (n,) bool, True for the unlabeled rows of ``X``.
+            classes: the label order; every class must occur among the labeled rows
+                (Algorithm 2 takes the class ratios from them).
+            sample_weight: weights of the labeled rows (the unlabeled rows weigh 1).
+
+        Raises:
+            ValueError: both or malformed unlabeled specifications, a feature-count mismatch,
+                a declared class missing from the labeled rows, bad schedule parameters.
+        """
+        self._check_params()
+        self._check_schedule()
+        if X_unlabeled is not None and unlabeled_mask is not None:
+            raise ValueError("give the unlabeled rows either as X_unlabeled or by unlabeled_mask, not both")
+        if unlabeled_mask is not None:
+            mask = np.asarray(unlabeled_mask)
+            if mask.dtype != bool:
+                raise TypeError(f"unlabeled_mask must be boolean, got dtype {mask.dtype}")
+            X_all, _ = check_X(X, accept_sparse=True)
+            if mask.shape != (X_all.shape[0],):
+                raise ValueError(f"unlabeled_mask must have shape ({X_all.shape[0]},), got {mask.shape}")
+            if len(y) != X_all.shape[0]:
+                raise ValueError(f"y must have one entry per row of X ({X_all.shape[0]}), got {len(y)}")
+            X_lab = X_all[np.flatnonzero(~mask)]
+            X_unl = X_all[np.flatnonzero(mask)]
+            is_cat = hasattr(y, "cat") or type(y).__name__ == "Categorical"
+            y_lab = y[~mask] if is_cat else np.asarray(y)[~mask]
+            if X_lab.shape[0] == 0:
+                raise ValueError("unlabeled_mask marks every row as unlabeled; labeled rows are needed")
+        else:
+            X_lab, y_lab = X, y
+            X_unl = None
+        X_lab, codes, sw = self._validate_labeled(X_lab, y_lab, sample_weight, classes)
+        if X_unl is None and X_unlabeled is not None:
+            X_unl, _ = check_X(X_unlabeled, name="X_unlabeled", accept_sparse=True)
+            if X_unl.shape[1] != X_lab.shape[1]:
+                raise ValueError(
+                    f"X_unlabeled has {X_unl.shape[1]} features but the labeled X has {X_lab.shape[1]}")
+        n_lab = X_lab.shape[0]
+        n_unl = 0 if X_unl is None else X_unl.shape[0]
+        if n_unl == 0:
+            warnings.warn("no unlabeled rows: TransductiveOrdinalRegression reduces to RedSVM "
+                          "(no transduction is done)", UserWarning, stacklevel=2)
+        if n_unl and sp.issparse(X_lab) != sp.issparse(X_unl):
+            X_lab = sp.csr_matrix(X_lab) if not sp.issparse(X_lab) else X_lab
+            X_unl = sp.csr_matrix(X_unl) if not sp.issparse(X_unl) else X_unl
+        if n_unl:
+            X_all = sp.vstack([X_lab, X_unl]).tocsr() if sp.issparse(X_lab) else np.vstack([X_lab, X_unl])
+        else:
+            X_all = X_lab
+        unl = np.concatenate([np.zeros(n_lab, bool), np.ones(n_unl, bool)])
+        codes_all = np.concatenate([codes, np.zeros(n_unl, np.int32)])
+        weight = np.concatenate([sw, np.ones(n_unl)])
+
+        key = self._key()
+        k_map, k_fit = jax.random.split(key)
+        Z = self._features_fit(X_all, k_map)
+        config = TORConfig(len(self.classes_), self.loss, bool(self.fit_intercept), int(self.max_iter),
+                           max_retrains=int(self.max_retrains), swap_rule=self.swap_rule)
+        if n_unl == 0:
+            res = fit_redsvm(Z, codes, self.C * sw, config.redsvm, tol=self.tol, key=k_fit)
+            check_status(res.status, "TransductiveOrdinalRegression")
+            self._set_model(res.w, res.theta, res.b)
+            self.transduction_ = self._decode(np.zeros(0, np.int32))
+            self.init_transduction_ = self.transduction_
+            for name in ("objective_trace_", "swapped_trace_", "trace_c2_"):
+                setattr(self, name, np.zeros(0))
+            for name in ("trace_stage_", "trace_swaps_", "swaps_per_stage_", "retrains_per_stage_"):
+                setattr(self, name, np.zeros(0, np.int64))
+            self.n_retrains_ = self.n_swaps_ = self.n_rejected_ = 0
+            self.n_iter_ = int(res.n_iter)
+            self.converged_ = bool(res.converged)
+            return self
+
+        res = fit_tor(Z, codes_all, unl, config, C1=self.C, c2_init=self.c2_init,
+                      c2_growth=self.c2_growth, weight=weight, tol=self.tol, key=k_fit)
+        check_status(res.status, "TransductiveOrdinalRegression")
+        self._set_model(res.w, res.theta, res.b)
+        labels = np.asarray(res.labels)
+        self.transduction_ = self._decode(labels[n_lab:])
+        self.init_transduction_ = self._decode(np.asarray(res.init_labels)[n_lab:])
+        n_ret = int(res.n_retrains)
+        self.n_retrains_ = n_ret
+        self.objective_trace_ = np.asarray(res.objective_trace)[:n_ret]
+        self.swapped_trace_ = np.asarray(res.swapped_trace)[:n_ret]
+        self.trace_stage_ = np.asarray(res.trace_stage)[:n_ret]
+        self.trace_c2_ = np.asarray(res.trace_c2)[:n_ret]
+        self.trace_swaps_ = np.asarray(res.trace_swaps)[:n_ret]
+        n_st = int(self.trace_stage_.max()) + 1 if n_ret else 0
+        self.swaps_per_stage_ = np.bincount(self.trace_stage_, weights=self.trace_swaps_,
+                                            minlength=n_st).astype(np.int64)
+        self.retrains_per_stage_ = np.bincount(self.trace_stage_, minlength=n_st).astype(np.int64)
+        self.n_swaps_ = int(res.n_swaps)
+        self.n_rejected_ = int(res.n_rejected)
+        self.n_iter_ = int(res.n_iter)
+        self.converged_ = bool(res.converged)
+        return self
+
+    def _validate_labeled(self, X, y, sample_weight, classes):
+        """Like ``_validate_fit`` but with the TOR-specific message for missing classes."""
+        Xc, _ = check_X(X, accept_sparse=True)
+        codes, classes_ = encode_labels(y, classes, n=Xc.shape[0])
+        present = np.unique(codes)
+        if present.size < len(classes_):
+            missing = [classes_[k] for k in range(len(classes_)) if k not in set(present.tolist())]
+            raise ValueError(
+                f"classes {missing} do not occur among the labeled rows; TOR's pseudo-label "
+                "initialisation (Algorithm 2) hands out classes in the labeled class ratios, so "
+                "every declared class needs at least one labeled row")
+        return self._validate_fit(X, y, sample_weight, classes)

@@ -1,0 +1,291 @@
+"""Benchmarks for RED-SVM and transductive ordinal regression (TOR).
+
+Reproduces, at reduced or full size:
+
+* ``synthetic``: Section V-C / Fig. 8 of the TOR paper.  Algorithm 3 data (K = 5,
+  dimension 2000 (K+2), unit rows), 2,500 examples, 200 labeled, linear kernel, p in
+  {0, 0.1, ..., 0.9}.  Reports zero-one and absolute error on the unlabeled rows for
+  RED-SVM predictions (Eq. 3), for RED-SVM ranks cut in the labeled class ratios
+  (Algorithm 2, the "RED-SVM" of Figs. 7-8) and for TOR.
+* ``real``: Section V-A/B.  abalone, bank8fm, california_housing, target cut into 5
+  equal-frequency classes, features standardised on all rows, labeled sizes 100/200/400,
+  the rest unlabeled; C1 by 5-fold CV of RED-SVM on the labeled rows; perceptron kernel
+  (Delta_p = 0) through a Nystrom map with ``--landmarks`` rows.
+* ``time``: california_housing, 400 labeled + 20,240 unlabeled, all annealing stages:
+  wall time, retrainings, peak memory.
+* ``peer``: one RED-SVM fit (hinge, no intercept) against scikit-learn's LinearSVC
+  (liblinear dual coordinate descent) on the same extended binary problem; speed ratio.
+
+Compile time (first call) and run time (later calls, ``block_until_ready``) are reported
+separately for the peer comparison; elsewhere, times are for calls after a warm-up.
+The machine has 2 cores shared with other jobs: timings are noisy.
+
+Usage: ``python benchmarks/tor_bench.py --quick`` (under 2 minutes) or without
+``--quick`` for the full protocol (hours).  Writes ``benchmarks/results/tor.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import resource
+import sys
+import time
+from pathlib import Path
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from bayesord._redsvm import (  # noqa: E402
+    RedSVMConfig,
+    decision_scores,
+    fit_kernel_map,
+    fit_redsvm,
+    padded_rows_from_csr,
+    predict_codes,
+    transform_kernel_map,
+)
+from bayesord._tor import TORConfig, fit_tor, make_tor_synthetic  # noqa: E402
+from bayesord.datasets import equal_frequency_bins, load_csv  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "datasets"
+
+
+def errors(pred, true):
+    return float(np.mean(pred != true)), float(np.mean(np.abs(pred - true)))
+
+
+def run_split(Z, codes, unl, K, C1, tol, seed, max_retrains=5000, swap_rule="eq5"):
+    """RED-SVM (Eq. 3 and Algorithm 2 labels) and TOR on one split; returns a dict."""
+    t0 = time.perf_counter()
+    res = fit_tor(Z, np.where(unl, 0, codes), unl, TORConfig(K, max_retrains=max_retrains, swap_rule=swap_rule), C1=C1,
+                  tol=tol, key=jax.random.PRNGKey(seed))
+    jax.block_until_ready(res)
+    dt = time.perf_counter() - t0
+    h0 = decision_scores(res.init_w, Z)
+    pred_red = np.asarray(predict_codes(h0, res.init_theta, res.init_b))[unl]
+    true = codes[unl]
+    out = {}
+    out["redsvm_zo"], out["redsvm_mae"] = errors(pred_red, true)
+    out["ratio_zo"], out["ratio_mae"] = errors(np.asarray(res.init_labels)[unl], true)
+    out["tor_zo"], out["tor_mae"] = errors(np.asarray(res.labels)[unl], true)
+    out.update(seconds=dt, retrains=int(res.n_retrains), swaps=int(res.n_swaps),
+               stages=int(res.n_stages), rejected=int(res.n_rejected), status=int(res.status))
+    return out
+
+
+def summarise(rows):
+    keys = [k for k in rows[0] if isinstance(rows[0][k], (int, float))]
+    return {k: float(np.mean([r[k] for r in rows])) for k in keys} | {"n": len(rows)}
+
+
+# --------------------------------------------------------------------------- synthetic
+
+
+def bench_synthetic(args):
+    ps = [0.0, 0.2, 0.4, 0.6] if args.quick else [round(0.1 * i, 1) for i in range(10)]
+    n_sets = args.sets or (1 if args.quick else 20)
+    n = 800 if args.quick else 2500
+    n_lab = 200
+    table = {}
+    print(f"\n== synthetic (Algorithm 3, n={n}, {n_lab} labeled, C1={args.c_synth}, {n_sets} sets) ==")
+    print(f"{'p':>4} {'RED zo':>7} {'ratio zo':>8} {'TOR zo':>7} {'RED mae':>7} {'ratio mae':>9} "
+          f"{'TOR mae':>7} {'swaps':>6} {'retr':>5} {'sec':>6}")
+    for p in ps:
+        rows = []
+        for s in range(n_sets):
+            X, y = make_tor_synthetic(n, p=p, random_state=1000 * s + int(10 * p))
+            rng = np.random.default_rng(s)
+            unl = np.ones(n, bool)
+            unl[rng.choice(n, n_lab, replace=False)] = False
+            rows.append(run_split(padded_rows_from_csr(X, multiple=32), y - 1, unl, 5, args.c_synth, args.tol, s,
+                                  swap_rule=args.swap_rule))
+        m = summarise(rows)
+        table[str(p)] = {"mean": m, "runs": rows}
+        print(f"{p:>4} {m['redsvm_zo']:7.3f} {m['ratio_zo']:8.3f} {m['tor_zo']:7.3f} {m['redsvm_mae']:7.3f} "
+              f"{m['ratio_mae']:9.3f} {m['tor_mae']:7.3f} {m['swaps']:6.1f} {m['retrains']:5.1f} {m['seconds']:6.1f}")
+    return table
+
+
+# --------------------------------------------------------------------------- real data
+
+
+def load_real(name):
+    X, y, _ = load_csv(DATA / f"{name}.csv.gz")
+    X = np.asarray(X, np.float64)
+    X = (X - X.mean(0)) / np.where(X.std(0) > 0, X.std(0), 1.0)
+    return X, equal_frequency_bins(np.asarray(y, np.float64), 5) - 1
+
+
+def kernel_features(X, landmarks, seed):
+    rng = np.random.default_rng(seed)
+    idx = np.sort(rng.choice(X.shape[0], min(landmarks, X.shape[0]), replace=False))
+    kmap = fit_kernel_map(jnp.asarray(X[idx]), "perceptron")
+    return transform_kernel_map(kmap, jnp.asarray(X), "perceptron")
+
+
+def cv_c(Z, codes, K, grid, tol, seed):
+    """5-fold CV of RED-SVM on the labeled rows (zero-one error); smallest error wins."""
+    n = codes.shape[0]
+    folds = np.random.default_rng(seed).permutation(n) % 5
+    errs = []
+    cfg = RedSVMConfig(K)
+    for C in grid:
+        e = 0.0
+        for f in range(5):
+            tr = folds != f
+            r = fit_redsvm(Z, codes, np.where(tr, C, 0.0), cfg, tol=tol)
+            pred = np.asarray(predict_codes(decision_scores(r.w, Z), r.theta, r.b))
+            e += np.sum(pred[~tr] != codes[~tr])
+        errs.append(e / n)
+    return float(grid[int(np.argmin(errs))]), errs
+
+
+def bench_real(args):
+    names = args.datasets.split(",")
+    sizes = [100, 200, 400]
+    reps = args.reps or (1 if args.quick else 20)
+    grid = [0.1, 1.0, 10.0] if args.quick else [10.0**k for k in range(args.c_min, args.c_max + 1)]
+    out = {}
+    print(f"\n== real data (5 equal-frequency classes, perceptron kernel, {args.landmarks} landmarks, "
+          f"{reps} realisations, C1 grid {grid}) ==")
+    print(f"{'data':>18} {'lab':>4} {'C1':>7} {'RED zo':>7} {'ratio zo':>8} {'TOR zo':>7} "
+          f"{'RED mae':>7} {'TOR mae':>7} {'retr':>5} {'sec':>7}")
+    for name in names[:1] if args.quick else names:
+        if not (DATA / f"{name}.csv.gz").exists():
+            print(f"{name}: not found under {DATA}, skipped")
+            continue
+        X, codes = load_real(name)
+        if args.quick:  # a subsample keeps the quick mode short
+            keep = np.random.default_rng(0).choice(X.shape[0], 1500, replace=False)
+            X, codes = X[keep], codes[keep]
+        out[name] = {}
+        for n_lab in sizes[:1] if args.quick else sizes:
+            rows = []
+            for r in range(reps):
+                rng = np.random.default_rng(100 * r + n_lab)
+                lab = rng.choice(X.shape[0], n_lab, replace=False)
+                unl = np.ones(X.shape[0], bool)
+                unl[lab] = False
+                Z = kernel_features(X, args.landmarks, r)
+                C1, cv_errs = cv_c(Z[lab], codes[lab], 5, grid, args.tol, r)
+                row = run_split(Z, codes, unl, 5, C1, args.tol, r, swap_rule=args.swap_rule)
+                row["C1"] = C1
+                rows.append(row)
+            m = summarise(rows)
+            out[name][str(n_lab)] = {"mean": m, "runs": rows}
+            print(f"{name:>18} {n_lab:>4} {m['C1']:7.3g} {m['redsvm_zo']:7.3f} {m['ratio_zo']:8.3f} "
+                  f"{m['tor_zo']:7.3f} {m['redsvm_mae']:7.3f} {m['tor_mae']:7.3f} {m['retrains']:5.1f} "
+                  f"{m['seconds']:7.1f}")
+    return out
+
+
+def bench_time(args):
+    """california_housing, 400 labeled, the rest unlabeled, all annealing stages."""
+    if not (DATA / "california_housing.csv.gz").exists():
+        return {"skipped": "california_housing not found"}
+    X, codes = load_real("california_housing")
+    rng = np.random.default_rng(0)
+    unl = np.ones(X.shape[0], bool)
+    unl[rng.choice(X.shape[0], 400, replace=False)] = False
+    t0 = time.perf_counter()
+    Z = kernel_features(X, args.landmarks, 0)
+    jax.block_until_ready(Z)
+    t_map = time.perf_counter() - t0
+    row = run_split(Z, codes, unl, 5, args.c_time, args.tol, 0, swap_rule=args.swap_rule)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
+    row.update(kernel_map_seconds=t_map, peak_rss_gb=rss, n_unlabeled=int(unl.sum()),
+               landmarks=args.landmarks, C1=args.c_time)
+    print(f"\n== time: california_housing, 400 labeled + {unl.sum()} unlabeled, C1={args.c_time}, "
+          f"{args.landmarks} landmarks ==")
+    print(f"kernel map {t_map:.1f}s, TOR (incl. compile) {row['seconds']:.1f}s, "
+          f"{row['retrains']} retrainings over {row['stages']} stages, {row['swaps']} swaps, "
+          f"peak RSS {rss:.2f} GB; zero-one RED {row['redsvm_zo']:.3f} ratio {row['ratio_zo']:.3f} "
+          f"TOR {row['tor_zo']:.3f}")
+    return row
+
+
+def bench_peer(args):
+    """RED-SVM (hinge, no intercept) vs LinearSVC on the same extended problem."""
+    from sklearn.svm import LinearSVC
+
+    X, codes = load_real("abalone") if (DATA / "abalone.csv.gz").exists() else (None, None)
+    if X is None:
+        return {"skipped": "abalone not found"}
+    X, codes = X[:1000], codes[:1000]
+    n, K, C = X.shape[0], 5, 1.0
+    Xe = np.vstack([np.hstack([X, -np.tile(np.eye(K - 1)[k], (n, 1))]) for k in range(K - 1)])
+    ye = np.concatenate([np.where(codes > k, 1, -1) for k in range(K - 1)])
+    cfg = RedSVMConfig(K, "hinge", fit_intercept=False, max_epochs=20000)
+    Xj, cj = jnp.asarray(X), jnp.full(n, C)
+    t0 = time.perf_counter()
+    jax.block_until_ready(fit_redsvm(Xj, codes, cj, cfg, tol=1e-4))
+    t_first = time.perf_counter() - t0
+    runs = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        r = jax.block_until_ready(fit_redsvm(Xj, codes, cj, cfg, tol=1e-4))
+        runs.append(time.perf_counter() - t0)
+    t_ours = float(np.median(runs))
+    peer = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        m = LinearSVC(C=C, loss="hinge", dual=True, fit_intercept=False, tol=1e-4, max_iter=200000).fit(Xe, ye)
+        peer.append(time.perf_counter() - t0)
+    t_peer = float(np.median(peer))
+    w = m.coef_.ravel()
+    p_peer = 0.5 * w @ w + C * np.maximum(0, 1 - ye * (Xe @ w)).sum()
+    out = dict(n=n, ours_compile_plus_run=t_first, ours_run=t_ours, liblinear_run=t_peer,
+               ratio_ours_over_liblinear=t_ours / t_peer, ours_objective=float(r.objective),
+               liblinear_objective=float(p_peer), ours_epochs=int(r.n_iter), liblinear_iter=int(m.n_iter_))
+    print(f"\n== peer: RED-SVM hinge (no intercept), abalone first {n} rows, C={C} ==")
+    print(f"ours: first call {t_first:.2f}s, run {t_ours:.3f}s ({int(r.n_iter)} epochs, objective "
+          f"{float(r.objective):.6f}); liblinear LinearSVC: {t_peer:.3f}s ({m.n_iter_} iter, objective "
+          f"{p_peer:.6f}); time ratio ours/liblinear = {t_ours / t_peer:.2f}")
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small sizes, under 2 minutes")
+    ap.add_argument("--parts", default="peer,synthetic,real,time",
+                    help="comma-separated subset of peer,synthetic,real,time")
+    ap.add_argument("--sets", type=int, default=None, help="synthetic sets per p (default 1 quick / 20)")
+    ap.add_argument("--reps", type=int, default=None, help="real-data realisations (default 1 quick / 20)")
+    ap.add_argument("--datasets", default="abalone,bank8fm,california_housing",
+                    help="real datasets (comma-separated)")
+    ap.add_argument("--c-min", type=int, default=-3, help="log10 of the smallest C1 in the CV grid")
+    ap.add_argument("--c-max", type=int, default=5, help="log10 of the largest C1 in the CV grid")
+    ap.add_argument("--landmarks", type=int, default=300, help="Nystrom landmarks for the perceptron kernel")
+    ap.add_argument("--c-synth", type=float, default=10.0, help="C1 for the synthetic benchmark")
+    ap.add_argument("--c-time", type=float, default=1.0, help="C1 for the timing run")
+    ap.add_argument("--swap-rule", default="eq5", choices=["eq5", "descent"],
+                    help="TOR swap rule: the paper's Eq. (5) or any loss-decreasing pair")
+    ap.add_argument("--out", default=None, help="file name under benchmarks/results (default tor.json)")
+    ap.add_argument("--tol", type=float, default=1e-3, help="relative duality-gap tolerance")
+    args = ap.parse_args(argv)
+    parts = args.parts.split(",")
+    if args.quick and "time" in parts and args.parts == ap.get_default("parts"):
+        parts.remove("time")
+    results = {"config": vars(args) | {"python": sys.version.split()[0], "jax": jax.__version__,
+                                       "machine": platform.machine(), "cpus": 2,
+                                       "note": "2 shared cores; timings are noisy"}}
+    t0 = time.perf_counter()
+    for part in parts:
+        results[part] = {"peer": bench_peer, "synthetic": bench_synthetic, "real": bench_real,
+                         "time": bench_time}[part](args)
+    results["total_seconds"] = time.perf_counter() - t0
+    out = ROOT / "benchmarks" / "results" / (args.out or "tor.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1))
+    print(f"\nwrote {out} ({results['total_seconds']:.0f}s)")
+
+
+if __name__ == "__main__":
+    main()
