@@ -30,9 +30,19 @@ from ._rankpairs import (
     fit_rankpairs_linear,
     swapped_pairs_rate,
 )
+from ._redsvm import RedSVMConfig, RedSVMResult, fit_redsvm
 from ._status import Status
+from ._tor import TORConfig, TORResult, fit_tor
 from .diagnostics import to_inference_data
-from .estimators import NPSVOR, CuSumRank, OrdinalProbit, PRank, SwappedPairsSVM
+from .estimators import (
+    NPSVOR,
+    CuSumRank,
+    OrdinalProbit,
+    PRank,
+    RedSVM,
+    SwappedPairsSVM,
+    TransductiveOrdinalRegression,
+)
 
 __version__ = "0.1.0"
 
@@ -50,9 +60,15 @@ __all__ = [
     "ProbitPrediction",
     "ProbitResult",
     "RankPairsConfig",
+    "RedSVM",
+    "RedSVMConfig",
+    "RedSVMResult",
     "RankPairsResult",
     "Status",
+    "TORConfig",
+    "TORResult",
     "SwappedPairsSVM",
+    "TransductiveOrdinalRegression",
     "class_prob_bands",
     "cv_npsvor",
     "datasets",
@@ -62,6 +78,8 @@ __all__ = [
     "fit_probit",
     "fit_rankpairs_kernel",
     "fit_rankpairs_linear",
+    "fit_redsvm",
+    "fit_tor",
     "metrics",
     "predict_probit",
     "predict_r_new",

@@ -72,7 +72,7 @@ def _demo(args) -> int:
 
 
 def _demo_models(seed):
-    from .estimators import NPSVOR, CuSumRank, OrdinalProbit, PRank, SwappedPairsSVM
+    from .estimators import NPSVOR, CuSumRank, OrdinalProbit, PRank, RedSVM, SwappedPairsSVM
 
     yield "OrdinalProbit", OrdinalProbit(random_state=seed)
     yield "OrdinalProbit (joint, ML)", OrdinalProbit(thresholds="joint", alpha=0.0, random_state=seed)
@@ -80,6 +80,7 @@ def _demo_models(seed):
     yield "SwappedPairsSVM (linear)", SwappedPairsSVM(random_state=seed)
     yield "CuSumRank (averaged, margin)", CuSumRank(averaged=True, margin=True, random_state=seed)
     yield "PRank", PRank(random_state=seed)
+    yield "RedSVM (hinge)", RedSVM(random_state=seed)
 
 
 def _plot_demo(model, X, y, path):

@@ -39,6 +39,7 @@ __all__ = [
     "kfold_masks",
     "make_isbor_synthetic",
     "make_ordinal_probit",
+    "make_tor_synthetic",
 ]
 
 # name -> kind, as listed in ../shared/datasets/MANIFEST.md.  "ordinal": y is 1..K;
@@ -717,3 +718,8 @@ def make_ordinal_probit(
     f = X @ w + noise
     y = np.searchsorted(thresholds, f, side="left") + 1
     return X, y.astype(np.int64), OrdinalTruth(w.copy(), thresholds.copy(), float(sigma), link)
+
+
+# The transductive benchmark's generator (Algorithm 3 of the TOR paper) lives beside its
+# solver; it is re-exported here with the other synthetic generators.
+from ._tor import make_tor_synthetic  # noqa: E402

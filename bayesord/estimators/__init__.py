@@ -4,5 +4,14 @@ from ._npsvor import NPSVOR
 from ._perceptron import CuSumRank, PRank
 from ._probit import OrdinalProbit
 from ._rankpairs import SwappedPairsSVM
+from ._tor import RedSVM, TransductiveOrdinalRegression
 
-__all__ = ["CuSumRank", "NPSVOR", "OrdinalProbit", "PRank", "SwappedPairsSVM"]
+__all__ = [
+    "CuSumRank",
+    "NPSVOR",
+    "OrdinalProbit",
+    "PRank",
+    "RedSVM",
+    "SwappedPairsSVM",
+    "TransductiveOrdinalRegression",
+]

@@ -136,9 +136,16 @@ class RedSVM(_RedSVMBase):
         random_state: seed for the coordinate order and landmark choice.
 
     Attributes:
-        classes_, n_features_in_, w_ (weights in the feature or kernel-map space), coef_
-        (linear kernel only), thresholds_ (K-1 effective thresholds ``theta + b``),
-        intercept_, n_iter_, converged_, objective_, kernel_map_.
+        classes_: the ordered labels.
+        n_features_in_: number of input features.
+        w_: weights in the feature or kernel-map space.
+        coef_: the weights (linear kernel only).
+        thresholds_: the K-1 effective thresholds ``theta + b``.
+        intercept_: the intercept ``b``.
+        n_iter_: coordinate-descent epochs.
+        converged_: whether the duality-gap tolerance was met.
+        objective_: the objective of Eq. (9) at the solution.
+        kernel_map_: the Nystrom feature map (kernels only).
     """
 
     def __init__(self, C=1.0, loss="hinge", kernel="linear", gamma=None, n_components=None,
@@ -179,8 +186,15 @@ class TransductiveOrdinalRegression(_RedSVMBase):
 
     Args:
         C: C1, the loss weight of the labeled rows.
-        loss, kernel, gamma, n_components, fit_intercept, tol, max_iter, random_state: as in
-            :class:`RedSVM` (the kernel map is built on labeled and unlabeled rows together).
+        loss: as in :class:`RedSVM`.
+        kernel: as in :class:`RedSVM` (the kernel map is built on labeled and unlabeled
+            rows together).
+        gamma: RBF width, as in :class:`RedSVM`.
+        n_components: Nystrom landmarks, as in :class:`RedSVM`.
+        fit_intercept: as in :class:`RedSVM`.
+        tol: relative duality-gap tolerance of each retraining.
+        max_iter: epoch cap per retraining.
+        random_state: seed for the coordinate order and landmark choice.
         c2_init: first C2 of the annealing (1e-5 in the paper); must be in (0, C).
         c2_growth: factor applied to C2 after each stage (2 in the paper); must exceed 1.
         max_retrains: cap on retrainings (the objective trace's capacity).
@@ -190,12 +204,16 @@ class TransductiveOrdinalRegression(_RedSVMBase):
     Attributes:
         transduction_: labels of the unlabeled rows, in their given order.
         init_transduction_: the pseudo-labels of Algorithm 2.
-        w_, coef_, thresholds_, intercept_: the final inductive model (``predict`` uses it).
-        objective_trace_, swapped_trace_, trace_stage_, trace_c2_, trace_swaps_: per
-            retraining, Eq. (10) at the kept model, after that retraining's swaps, its
-            annealing stage, its C2 and its number of swapped pairs.
-        swaps_per_stage_, retrains_per_stage_: totals per annealing stage.
-        n_retrains_, n_swaps_, n_rejected_, n_iter_, converged_.
+        w_: weights of the final inductive model (``predict`` uses it; also ``coef_``,
+            ``thresholds_``, ``intercept_`` as in :class:`RedSVM`).
+        objective_trace_: Eq. (10) at the kept model after each retraining (also
+            ``swapped_trace_``: after that retraining's swaps; ``trace_stage_``,
+            ``trace_c2_``, ``trace_swaps_``: its annealing stage, C2 and swapped pairs).
+        swaps_per_stage_: swaps per annealing stage (also ``retrains_per_stage_``).
+        n_retrains_: retrainings in total (also ``n_swaps_``, ``n_rejected_``).
+        n_iter_: coordinate-descent epochs over all retrainings.
+        converged_: whether every stage ended with no admissible swap and every solve
+            converged.
     """
 
     def __init__(self, C=1.0, loss="hinge", kernel="linear", gamma=None, n_components=None,
