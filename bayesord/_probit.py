@@ -41,7 +41,7 @@ from jax.scipy.special import ndtri
 
 from ._laplace import laplace_at, laplace_log_evidence, map_weights, newton_map_joint
 from ._likelihood import LINKS, log_class_probs, log_cumulative_probs
-from ._linalg import chol_inverse, chol_logdet, safe_cholesky
+from ._linalg import chol_inverse, chol_logdet, chol_solve, safe_cholesky
 from ._status import Status
 from ._thresholds import params_from_thresholds, thresholds_from_params, thresholds_jacobian
 
@@ -143,6 +143,23 @@ def _initial_thresholds(y, weights, n_classes, link, dtype):
     return b + jnp.arange(n_classes - 1, dtype=dtype) * 1e-3
 
 
+def _initial_weights(X, y, weights, b0, alpha):
+    """Ridge regression of each class's typical latent value on X: a start for Newton.
+
+    With thresholds ``b0`` at the class frequencies, the latent value of class k lies in
+    (b_{k-1}, b_k]; its interval midpoint (one unit beyond the threshold for the outer
+    classes) is regressed on X.  Costs one ``X^T X``, about one Newton iteration, and
+    saves several; a failed factorisation falls back to zero.
+    """
+    lo = jnp.concatenate([b0[:1] - 2.0, b0])
+    hi = jnp.concatenate([b0, b0[-1:] + 2.0])
+    target = 0.5 * (lo + hi)[y]
+    ridge = jnp.maximum(alpha, 1e-8 * jnp.sum(weights))
+    L, ok = safe_cholesky((X * weights[:, None]).T @ X + jnp.diag(ridge))
+    w = chol_solve(L, X.T @ (weights * target))
+    return jnp.where(ok & jnp.all(jnp.isfinite(w)), w, 0.0)
+
+
 def _alpha_vector(alpha, d, dtype):
     return jnp.broadcast_to(jnp.asarray(alpha, dtype), (d,))
 
@@ -184,7 +201,7 @@ def fit_probit(X, y, weights, alpha, rtol, *, config: ProbitConfig, n_classes: i
     alpha0 = _alpha_vector(alpha, d, dtype)
     rtol = jnp.asarray(rtol, dtype)
     b0 = _initial_thresholds(y, weights, n_classes, link, dtype)
-    w0 = jnp.zeros(d, dtype)
+    w0 = _initial_weights(X, y, weights, b0, alpha0)
 
     joint = newton_map_joint(X, y, weights, b0, sigma, alpha0, w0, rtol, link=link,
                              max_iter=config.max_newton)
