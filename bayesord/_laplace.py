@@ -28,6 +28,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ._likelihood import ordinal_loglik, ordinal_terms
 from ._linalg import chol_logdet, chol_solve, safe_cholesky
@@ -183,7 +184,7 @@ def _grad_w(w, Phi, weights, b, sigma, alpha, y, link):
     return jax.grad(_log_post)(w, Phi, y, weights, b, sigma, alpha, link)
 
 
-@partial(jax.custom_vjp, nondiff_argnums=(0, 1, 7, 8))
+@partial(jax.custom_vjp, nondiff_argnums=(0, 1))
 def map_weights(link, max_iter, Phi, weights, b, sigma, alpha, y, w0_rtol):
     """MAP weights w*(Phi, weights, b, sigma, alpha), differentiable by implicit function theorem.
 
@@ -201,14 +202,17 @@ def map_weights(link, max_iter, Phi, weights, b, sigma, alpha, y, w0_rtol):
 def _map_fwd(link, max_iter, Phi, weights, b, sigma, alpha, y, w0_rtol):
     w0, rtol = w0_rtol
     res = newton_map(Phi, y, weights, b, sigma, alpha, w0, rtol, link=link, max_iter=max_iter)
-    return (res.w, res.n_iter, res.converged, res.status), (res.w, res.chol, Phi, weights, b, sigma, alpha)
+    saved = (res.w, res.chol, Phi, weights, b, sigma, alpha, y, w0_rtol)
+    return (res.w, res.n_iter, res.converged, res.status), saved
 
 
-def _map_bwd(link, max_iter, y, w0_rtol, saved, cot):
-    w, L, Phi, weights, b, sigma, alpha = saved
+def _map_bwd(link, max_iter, saved, cot):
+    w, L, Phi, weights, b, sigma, alpha, y, w0_rtol = saved
     v = chol_solve(L, cot[0])
     _, vjp = jax.vjp(lambda *eta: _grad_w(w, *eta, y, link), Phi, weights, b, sigma, alpha)
-    return vjp(v)
+    no_grad_y = np.zeros(y.shape, dtype=jax.dtypes.float0)
+    no_grad_start = jax.tree_util.tree_map(jnp.zeros_like, w0_rtol)
+    return (*vjp(v), no_grad_y, no_grad_start)
 
 
 map_weights.defvjp(_map_fwd, _map_bwd)

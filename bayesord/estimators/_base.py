@@ -13,7 +13,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from .._validation import check_sample_weight, check_X, encode_known_labels, encode_labels
 
-__all__ = ["OrdinalEstimator"]
+__all__ = ["OrdinalEstimator", "reset_fitted"]
 
 
 class OrdinalEstimator(BaseEstimator):
@@ -80,3 +80,9 @@ def _labels_1d(y, n):
     if arr.shape[0] != n:
         raise ValueError(f"X and y have different lengths: {n} rows in X, {arr.shape[0]} labels in y")
     return arr
+
+
+def reset_fitted(est) -> None:
+    """Remove every fitted attribute (trailing underscore) so a failed fit leaves no half state."""
+    for name in [k for k in vars(est) if k.endswith("_") and not k.startswith("__")]:
+        delattr(est, name)

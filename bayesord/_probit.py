@@ -1,0 +1,387 @@
+"""Bayesian linear ordinal regression (probit or logit link) with a Laplace posterior.
+
+Model (ISBOR paper, Section 3, with the identity basis ``phi(x) = x``):
+``f(x) = x^T w``, ``P(y = k | f) = F((b_{k+1} - f)/sigma) - F((b_k - f)/sigma)`` (Eq. 4),
+prior ``w ~ N(0, A^{-1})`` with ``A = alpha I`` or ARD ``A = diag(alpha_j)`` (Eq. 5).
+
+**Identifiability.** The likelihood depends on ``(w, b)`` only through ``(w/sigma,
+b/sigma)``, and the Laplace evidence is exactly invariant under ``(w, b, sigma, alpha) ->
+(w/c, b/c, sigma/c, alpha c^2)``.  So ``sigma`` is not identifiable in the linear model
+and is fixed to 1: the scale of ``w`` is measured in noise standard deviations.  There is
+no intercept either: the thresholds absorb it.
+
+**Two treatments of the thresholds** (``ProbitConfig.thresholds``):
+
+* ``"joint"``: thresholds are parameters, estimated jointly with ``w`` by Newton's method
+  (:func:`bayesord._laplace.newton_map_joint`) for a fixed prior precision ``alpha``.  The
+  Laplace posterior covers ``(w, b)``.  With ``alpha = 0`` this is maximum likelihood and the
+  Laplace covariance is the inverse observed information (statsmodels' ``OrderedModel``).
+* ``"evidence"``: thresholds and ``alpha`` are hyperparameters tuned by maximising the
+  Laplace log evidence (Eq. 12) with optax's L-BFGS; gradients through the inner MAP
+  come from the implicit function theorem (:func:`bayesord._laplace.map_weights`).  This
+  is the type-II maximum likelihood of the ISBOR paper (Eq. 13-14 give the threshold
+  gradient; here it is obtained by differentiation).  The Laplace posterior covers ``w``
+  given the tuned hyperparameters.
+
+Everything is a jitted pure function: ``fit_probit`` can be ``vmap``-ed over a grid of
+``alpha`` values or over folds expressed as 0/1 sample weights.  float64 is recommended
+for the evidence path (enable ``jax_enable_x64``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import partial
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax.scipy.special import ndtri
+
+from ._laplace import laplace_at, laplace_log_evidence, map_weights, newton_map_joint
+from ._likelihood import LINKS, log_class_probs, log_cumulative_probs
+from ._linalg import chol_inverse, chol_logdet, safe_cholesky
+from ._status import Status
+from ._thresholds import params_from_thresholds, thresholds_from_params, thresholds_jacobian
+
+__all__ = [
+    "ProbitConfig",
+    "ProbitResult",
+    "ProbitPrediction",
+    "fit_probit",
+    "predict_probit",
+    "sample_class_probs",
+    "class_prob_bands",
+    "evidence_threshold_cov",
+]
+
+_LOG_ALPHA_BOUNDS = (-25.0, 25.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class ProbitConfig:
+    """Static configuration of :func:`fit_probit` (hashable; sets control flow only).
+
+    Attributes:
+        link: "probit" (Gaussian noise, the ISBOR likelihood) or "logit".
+        thresholds: "evidence" (type-II ML of thresholds and alpha) or "joint" (MAP of
+            thresholds with w for a fixed alpha).
+        prior: "gaussian" (one alpha) or "ard" (one alpha per feature).
+        max_newton: cap on Newton iterations of each inner MAP solve.
+        max_outer: cap on L-BFGS iterations of the evidence optimisation.
+    """
+
+    link: str = "probit"
+    thresholds: str = "evidence"
+    prior: str = "gaussian"
+    max_newton: int = 100
+    max_outer: int = 200
+
+    def __post_init__(self):
+        if self.link not in LINKS:
+            raise ValueError(f"link must be one of {LINKS}, got {self.link!r}")
+        if self.thresholds not in ("evidence", "joint"):
+            raise ValueError(f"thresholds must be 'evidence' or 'joint', got {self.thresholds!r}")
+        if self.prior not in ("gaussian", "ard"):
+            raise ValueError(f"prior must be 'gaussian' or 'ard', got {self.prior!r}")
+        if self.max_newton < 1 or self.max_outer < 1:
+            raise ValueError("max_newton and max_outer must be at least 1")
+
+
+class ProbitResult(NamedTuple):
+    """A fitted Bayesian linear ordinal model."""
+
+    coef: jax.Array
+    """Posterior mean (MAP) of the weights w, shape (d,)."""
+    coef_cov: jax.Array
+    """Laplace posterior covariance of w, shape (d, d) (Eq. 10)."""
+    thresholds: jax.Array
+    """Ordered thresholds b_1..b_{K-1}, shape (K-1,)."""
+    thresholds_cov: jax.Array
+    """Posterior covariance of the thresholds, (K-1, K-1); zero in "evidence" mode, where
+    they are type-II ML point estimates."""
+    cross_cov: jax.Array
+    """Posterior covariance between w and the thresholds, (d, K-1); zero in "evidence" mode."""
+    sigma: jax.Array
+    """Noise scale (fixed to 1: see the module docstring)."""
+    alpha: jax.Array
+    """Prior precisions, shape (d,) (all equal for the "gaussian" prior)."""
+    log_evidence: jax.Array
+    """Laplace log evidence (Eq. 12).  In "joint" mode the thresholds' flat prior is
+    improper, so the value is defined up to a constant shared by all fits on the same data."""
+    loglik: jax.Array
+    """Log-likelihood at the posterior mode."""
+    n_iter: jax.Array
+    """Newton iterations ("joint") or L-BFGS iterations ("evidence")."""
+    converged: jax.Array
+    """Whether every solve met its tolerance."""
+    status: jax.Array
+    """A :class:`bayesord._status.Status` code."""
+
+
+class ProbitPrediction(NamedTuple):
+    """Predictive distribution for new inputs."""
+
+    mean: jax.Array
+    """Latent mean m = x^T w*, shape (n,)."""
+    var: jax.Array
+    """Latent variance v = x^T Sigma x (weight uncertainty only), shape (n,)."""
+    proba: jax.Array
+    """Class probabilities, shape (n, K), rows non-negative summing to 1."""
+    cum_proba: jax.Array
+    """Cumulative probabilities P(y <= k) for k < K-1, shape (n, K-1)."""
+
+
+def _initial_thresholds(y, weights, n_classes, link, dtype):
+    """Thresholds matching the weighted class frequencies at f = 0."""
+    counts = jax.ops.segment_sum(weights, y, num_segments=n_classes)
+    cum = jnp.cumsum(counts)[:-1] / jnp.sum(counts)
+    cum = jnp.clip(cum, 1e-6, 1 - 1e-6).astype(dtype)
+    b = ndtri(cum) if link == "probit" else jnp.log(cum) - jnp.log1p(-cum)
+    # Equal cumulative frequencies (an empty class) would give equal thresholds.
+    return b + jnp.arange(n_classes - 1, dtype=dtype) * 1e-3
+
+
+def _alpha_vector(alpha, d, dtype):
+    return jnp.broadcast_to(jnp.asarray(alpha, dtype), (d,))
+
+
+@partial(jax.jit, static_argnames=("config", "n_classes"))
+def fit_probit(X, y, weights, alpha, rtol, *, config: ProbitConfig, n_classes: int) -> ProbitResult:
+    """Fit the Bayesian linear ordinal model.
+
+    Args:
+        X: features, shape (n, d).
+        y: classes 0..K-1, shape (n,) (int32).
+        weights: non-negative sample weights, shape (n,) (a weight of 2 equals a duplicate).
+        alpha: prior precision: scalar or shape (d,).  Fixed in "joint" mode (0 gives
+            maximum likelihood); the starting value in "evidence" mode.
+        rtol: relative tolerance of every solve (e.g. 1e-10 in float64, 1e-5 in float32).
+        config: :class:`ProbitConfig` (static).
+        n_classes: K (static).
+
+    Returns:
+        :class:`ProbitResult`.
+
+    Example:
+        >>> import jax, numpy as np
+        >>> X = np.random.default_rng(0).normal(size=(200, 3))
+        >>> y = np.digitize(X @ np.array([1.0, -1.0, 0.5]), [-1.0, 1.0]).astype("int32")
+        >>> res = fit_probit(X, y, np.ones(200), 1.0, 1e-6,
+        ...                  config=ProbitConfig(), n_classes=3)
+        >>> bool(res.converged)
+        True
+    """
+    X = jnp.asarray(X)
+    dtype = X.dtype if jnp.issubdtype(X.dtype, jnp.floating) else jnp.result_type(float)
+    X = X.astype(dtype)
+    weights = jnp.asarray(weights, dtype)
+    y = jnp.asarray(y, jnp.int32)
+    n, d = X.shape
+    link = config.link
+    sigma = jnp.ones((), dtype)
+    alpha0 = _alpha_vector(alpha, d, dtype)
+    rtol = jnp.asarray(rtol, dtype)
+    b0 = _initial_thresholds(y, weights, n_classes, link, dtype)
+    w0 = jnp.zeros(d, dtype)
+
+    joint = newton_map_joint(X, y, weights, b0, sigma, alpha0, w0, rtol, link=link,
+                             max_iter=config.max_newton)
+    if config.thresholds == "joint":
+        cov = chol_inverse(joint.chol)
+        log_ev = (joint.log_post + 0.5 * jnp.sum(jnp.log(alpha0)) - 0.5 * chol_logdet(joint.chol)
+                  + 0.5 * (n_classes - 1) * jnp.log(2 * jnp.pi))
+        return ProbitResult(
+            coef=joint.w, coef_cov=cov[:d, :d], thresholds=joint.b, thresholds_cov=cov[d:, d:],
+            cross_cov=cov[:d, d:], sigma=sigma, alpha=alpha0, log_evidence=log_ev,
+            loglik=joint.loglik, n_iter=joint.n_iter, converged=joint.converged,
+            status=joint.status,
+        )
+    return _fit_evidence(X, y, weights, alpha0, rtol, joint, config, n_classes)
+
+
+def _fit_evidence(X, y, weights, alpha0, rtol, joint, config, n_classes):
+    """Type-II ML of (thresholds, alpha) by L-BFGS on the Laplace evidence (Eq. 12)."""
+    dtype = X.dtype
+    d = X.shape[1]
+    link = config.link
+    sigma = jnp.ones((), dtype)
+    n_alpha = d if config.prior == "ard" else 1
+    lo, hi = _LOG_ALPHA_BOUNDS
+
+    def unpack(eta):
+        b = thresholds_from_params(eta[: n_classes - 1])
+        log_alpha = jnp.clip(eta[n_classes - 1:], lo, hi)
+        return b, jnp.broadcast_to(jnp.exp(log_alpha), (d,))
+
+    def neg_evidence(eta, w_warm):
+        b, alpha = unpack(eta)
+        w, *_ = map_weights(link, config.max_newton, X, weights, b, sigma, alpha, y, (w_warm, rtol))
+        log_post, _, L, _ = laplace_at(w, X, y, weights, b, sigma, alpha, link)
+        return -laplace_log_evidence(log_post, L, alpha)
+
+    # Start at the joint MAP's thresholds; a positive alpha is needed for log(alpha).
+    alpha_start = jnp.where(alpha0 > 0, alpha0, 1.0)
+    eta0 = jnp.concatenate([params_from_thresholds(joint.b),
+                            jnp.log(alpha_start[:n_alpha])]).astype(dtype)
+    opt = optax.lbfgs()
+    w_warm = jax.lax.stop_gradient(joint.w)
+
+    def fn(eta):
+        return neg_evidence(eta, w_warm)
+
+    value_and_grad = optax.value_and_grad_from_state(fn)
+
+    def cond(c):
+        return (~c[4]) & (c[3] < config.max_outer)
+
+    def body(c):
+        eta, state, prev, it, _ = c
+        value, grad = value_and_grad(eta, state=state)
+        updates, state = opt.update(grad, state, eta, value=value, grad=grad, value_fn=fn)
+        eta_new = optax.apply_updates(eta, updates)
+        small_f = jnp.abs(prev - value) <= rtol * (1.0 + jnp.abs(value))
+        small_x = jnp.max(jnp.abs(eta_new - eta)) <= jnp.sqrt(rtol) * (1.0 + jnp.max(jnp.abs(eta)))
+        done = (small_f & small_x) | ~jnp.isfinite(value)
+        return eta_new, state, value, it + 1, done
+
+    init = (eta0, opt.init(eta0), jnp.asarray(jnp.inf, dtype), jnp.zeros((), jnp.int32),
+            jnp.zeros((), bool))
+    eta, _, last, n_iter, done = jax.lax.while_loop(cond, body, init)
+    b, alpha = unpack(eta)
+    w, _, inner_ok, inner_status = map_weights(link, config.max_newton, X, weights, b, sigma, alpha,
+                                               y, (w_warm, rtol))
+    log_post, loglik, L, chol_ok = laplace_at(w, X, y, weights, b, sigma, alpha, link)
+    log_ev = laplace_log_evidence(log_post, L, alpha)
+    status = jnp.where(done, Status.SUCCESS, Status.MAX_ITER)
+    status = jnp.where(inner_status != Status.SUCCESS, inner_status, status)
+    status = jnp.where(chol_ok, status, Status.NOT_POSITIVE_DEFINITE)
+    status = jnp.where(jnp.isfinite(log_ev) & jnp.isfinite(last), status, Status.NONFINITE)
+    k1 = n_classes - 1
+    return ProbitResult(
+        coef=w, coef_cov=chol_inverse(L), thresholds=b,
+        thresholds_cov=jnp.zeros((k1, k1), dtype), cross_cov=jnp.zeros((d, k1), dtype),
+        sigma=sigma, alpha=alpha, log_evidence=log_ev, loglik=loglik, n_iter=n_iter,
+        converged=done & inner_ok & chol_ok & joint.converged,
+        status=status.astype(jnp.int32),
+    )
+
+
+def _predictive_scale(var, sigma, link):
+    if link == "probit":
+        return jnp.sqrt(sigma * sigma + var)
+    # Logistic-Gaussian integral by the probit approximation (MacKay 1992).
+    return jnp.sqrt(1.0 + jnp.pi * var / 8.0)
+
+
+@partial(jax.jit, static_argnames=("link",))
+def predict_probit(result: ProbitResult, X, *, link: str = "probit") -> ProbitPrediction:
+    """Predictive latent mean/variance and class probabilities for new inputs.
+
+    ``P(y = k) = Phi((b_{k+1} - m)/s) - Phi((b_k - m)/s)`` with ``s = sqrt(sigma^2 + v)``
+    integrates the Gaussian weight posterior exactly for the probit link; for the logit
+    link ``s = sqrt(1 + pi v / 8)`` (probit approximation).  Threshold uncertainty
+    ("joint" mode) is not propagated here; :func:`sample_class_probs` includes it.
+    """
+    X = jnp.asarray(X, result.coef.dtype)
+    mean = X @ result.coef
+    var = jnp.maximum(jnp.einsum("ij,jk,ik->i", X, result.coef_cov, X), 0.0)
+    scale = _predictive_scale(var, result.sigma, link)
+    proba = jnp.exp(log_class_probs(mean, scale, result.thresholds, link))
+    cum = jnp.exp(log_cumulative_probs(mean, scale, result.thresholds, link))
+    return ProbitPrediction(mean=mean, var=var, proba=proba, cum_proba=cum)
+
+
+def _posterior_draws(result: ProbitResult, key, n_draws):
+    """Draws of (w, b) from the Laplace posterior; thresholds drawn in (b_1, log-gap) space
+    (delta method) so every draw is ordered."""
+    d = result.coef.shape[0]
+    theta = params_from_thresholds(result.thresholds)
+    J = thresholds_jacobian(theta)
+    Jinv = jnp.linalg.solve(J, jnp.eye(J.shape[0], dtype=J.dtype))
+    cov = jnp.block([[result.coef_cov, result.cross_cov @ Jinv.T],
+                     [Jinv @ result.cross_cov.T, Jinv @ result.thresholds_cov @ Jinv.T]])
+    L, _ = safe_cholesky(cov + jnp.eye(cov.shape[0], dtype=cov.dtype) * 0.0)
+    z = jax.random.normal(key, (n_draws, cov.shape[0]), dtype=cov.dtype)
+    draws = jnp.concatenate([result.coef, theta]) + z @ L.T
+    w = draws[:, :d]
+    b = jax.vmap(thresholds_from_params)(draws[:, d:])
+    return w, b
+
+
+@partial(jax.jit, static_argnames=("link", "n_draws"))
+def sample_class_probs(result: ProbitResult, X, key, *, n_draws: int = 200, link: str = "probit"):
+    """Class probabilities under posterior draws of (w, b): shape (n_draws, n, K).
+
+    Each draw gives ``P(y = k | x, w_s, b_s)``; their spread is the posterior uncertainty
+    of the class probabilities, always inside [0, 1].
+    """
+    X = jnp.asarray(X, result.coef.dtype)
+    w, b = _posterior_draws(result, key, n_draws)
+    scale = jnp.broadcast_to(result.sigma, (X.shape[0],))
+
+    def one(ws, bs):
+        return jnp.exp(log_class_probs(X @ ws, scale, bs, link))
+
+    return jax.vmap(one)(w, b)
+
+
+def class_prob_bands(result: ProbitResult, X, key, *, level: float = 0.95, n_draws: int = 200,
+                     link: str = "probit", block: int = 4096):
+    """Central credible band and posterior sd of each class probability.
+
+    Rows are processed in blocks of ``block`` so memory is ``O(n_draws * block * K)``.
+
+    Returns:
+        (lower, upper, sd), each of shape (n, K), with ``0 <= lower <= upper <= 1``.
+    """
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    X = jnp.asarray(X, result.coef.dtype)
+    q = jnp.asarray([(1 - level) / 2, (1 + level) / 2], X.dtype)
+    outs = []
+    for start in range(0, X.shape[0], block):
+        draws = sample_class_probs(result, X[start:start + block], key, n_draws=n_draws, link=link)
+        lo_hi = jnp.quantile(draws, q, axis=0)
+        outs.append((lo_hi[0], lo_hi[1], jnp.std(draws, axis=0)))
+    return tuple(jnp.concatenate([o[i] for o in outs]) for i in range(3))
+
+
+@partial(jax.jit, static_argnames=("config", "n_classes"))
+def evidence_threshold_cov(result: ProbitResult, X, y, weights, rtol, *, config: ProbitConfig,
+                           n_classes: int):
+    """Covariance of the evidence-tuned thresholds from the curvature of the log evidence.
+
+    A Laplace approximation of ``p(b | D)`` under a flat hyperprior: the inverse of the
+    negative Hessian of Eq. (12) in ``b`` at the optimum, with ``alpha`` held at its tuned
+    value.  The Hessian is formed by central differences of the implicit gradient (the
+    inner Newton solve is not differentiated twice).
+
+    Returns:
+        (cov, ok): shape (K-1, K-1), and False when the negative Hessian is not positive
+        definite (the evidence is flat in some threshold direction).
+    """
+    X = jnp.asarray(X, result.coef.dtype)
+    weights = jnp.asarray(weights, X.dtype)
+    y = jnp.asarray(y, jnp.int32)
+    w_warm = jax.lax.stop_gradient(result.coef)
+
+    def log_ev(b):
+        w, *_ = map_weights(config.link, config.max_newton, X, weights, b, result.sigma,
+                            result.alpha, y, (w_warm, rtol))
+        log_post, _, L, _ = laplace_at(w, X, y, weights, b, result.sigma, result.alpha, config.link)
+        return laplace_log_evidence(log_post, L, result.alpha)
+
+    b = result.thresholds
+    m = b.shape[0]
+    h = jnp.cbrt(jnp.finfo(X.dtype).eps) * (1.0 + jnp.abs(b))
+    grad = jax.grad(log_ev)
+
+    def column(j):
+        e = jnp.zeros(m, X.dtype).at[j].set(h[j])
+        return (grad(b + e) - grad(b - e)) / (2 * h[j])
+
+    hess = jax.lax.map(column, jnp.arange(m))
+    L, ok = safe_cholesky(-0.5 * (hess + hess.T))
+    return chol_inverse(L), ok

@@ -1,0 +1,719 @@
+"""Data for ordinal regression: loaders, binning, splits and synthetic generators.
+
+Host-side NumPy/SciPy.  Loaders never drop, fill or coerce values silently: a missing
+target column, a non-numeric feature or a missing value is an error naming the column.
+All randomness goes through ``numpy.random.default_rng(seed)``, so a seed gives the same
+result on every machine.
+
+Real benchmark data lives beside the repository in ``../shared/datasets`` (see its
+MANIFEST.md); :func:`load_shared` finds it, nothing is copied into the package.
+Embedded defaults use the synthetic generators: :func:`make_isbor_synthetic` (the 2-D
+problem of the ISBOR paper, Sec. 5.1) and :func:`make_ordinal_probit` (a linear latent
+model with known weights, thresholds and noise).
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import warnings
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.special import ndtri
+
+__all__ = [
+    "SHARED_DATASETS",
+    "Dataset",
+    "OrdinalTruth",
+    "load_csv",
+    "load_libsvm",
+    "load_shared",
+    "equal_width_bins",
+    "equal_frequency_bins",
+    "stratified_split",
+    "random_split",
+    "kfold_indices",
+    "kfold_masks",
+    "make_isbor_synthetic",
+    "make_ordinal_probit",
+]
+
+# name -> kind, as listed in ../shared/datasets/MANIFEST.md.  "ordinal": y is 1..K;
+# "continuous": y is a raw target to bin; "libsvm": sparse train/test pair.
+SHARED_DATASETS = {
+    "balance_scale": "ordinal",
+    "swd": "ordinal",
+    "era": "ordinal",
+    "esl": "ordinal",
+    "tae": "ordinal",
+    "pasture": "ordinal",
+    "pyrim10": "ordinal",
+    "toy": "ordinal",
+    "winequality_red": "ordinal",
+    "marketing": "ordinal",
+    "machine_cpu": "continuous",
+    "auto_mpg": "continuous",
+    "boston_housing": "continuous",
+    "pyrimidines": "continuous",
+    "triazines": "continuous",
+    "wpbc": "continuous",
+    "stock": "continuous",
+    "abalone": "continuous",
+    "diabetes": "continuous",
+    "bank8fm": "continuous",
+    "cpu_small": "continuous",
+    "california_housing": "continuous",
+    "treebank": "libsvm",
+}
+
+
+# ------------------------------------------------------------------------------ loaders
+
+
+def _open_maybe_gzip(path: Path):
+    """Binary file object, decompressing when the file starts with the gzip magic bytes."""
+    with open(path, "rb") as fh:
+        magic = fh.read(2)
+    return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
+
+
+def _whole_to_int(y: np.ndarray) -> np.ndarray:
+    """float labels that are all whole numbers as int64 (lossless), else unchanged."""
+    if y.dtype.kind == "f" and np.all(y == np.round(y)) and np.all(np.abs(y) < 2**53):
+        return y.astype(np.int64)
+    return y
+
+
+def load_csv(path, target: str = "y", dtype=np.float64):
+    """Load a CSV file (plain or gzip-compressed) with one header row.
+
+    Args:
+        path: file name; gzip is detected from the content, not the extension.
+        target: name of the target column (any position; the others are features).
+        dtype: float dtype of the feature matrix.
+
+    Returns:
+        (X, y, feature_names): X of shape (n, d) and ``dtype``; y of shape (n,), int64
+        when the column holds whole numbers only, float64 when it holds other numbers,
+        and an object array of strings when it is not numeric (ordinal string labels
+        then need an explicit ``classes=`` order); feature_names, a list of d strings.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: no column named ``target``, no feature column, no rows, a missing
+            (empty/NaN) or infinite value anywhere.
+        TypeError: a feature column that is not numeric (its name is given), or a
+            non-float ``dtype``.
+
+    Example:
+        >>> X, y, names = load_csv("../shared/datasets/toy.csv.gz")  # doctest: +SKIP
+    """
+    import pandas as pd
+
+    if np.dtype(dtype).kind != "f":
+        raise TypeError(f"dtype must be a floating dtype (features are never truncated), got {dtype}")
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"CSV file not found: {path}")
+    with _open_maybe_gzip(path) as fh:
+        frame = pd.read_csv(fh, keep_default_na=True)
+    columns = [str(c) for c in frame.columns]
+    if target not in columns:
+        raise ValueError(f"{path.name} has no target column {target!r}; columns are {columns}")
+    if frame.shape[0] == 0:
+        raise ValueError(f"{path.name} has a header but no rows")
+    features = [c for c in frame.columns if str(c) != target]
+    if not features:
+        raise ValueError(f"{path.name} has no feature columns besides {target!r}")
+    missing = [str(c) for c in frame.columns if frame[c].isna().any()]
+    if missing:
+        rows = np.flatnonzero(frame.isna().any(axis=1).to_numpy())
+        raise ValueError(
+            f"{path.name} has missing values in column(s) {missing} (first rows, 0-based: "
+            f"{rows[:5].tolist()}); drop or impute them explicitly before fitting"
+        )
+    non_numeric = [str(c) for c in features if not pd.api.types.is_numeric_dtype(frame[c])]
+    if non_numeric:
+        raise TypeError(
+            f"{path.name}: feature column(s) {non_numeric} are not numeric; encode them "
+            "(e.g. one-hot) before loading"
+        )
+    X = frame[features].to_numpy(dtype=dtype)
+    if not np.all(np.isfinite(X)):
+        bad = [str(c) for c in features if not np.all(np.isfinite(frame[c].to_numpy(dtype=float)))]
+        raise ValueError(f"{path.name} has infinite values in column(s) {bad}")
+    ycol = frame[target]
+    if pd.api.types.is_bool_dtype(ycol) or not pd.api.types.is_numeric_dtype(ycol):
+        y = ycol.astype(str).to_numpy(dtype=object)
+    else:
+        y = ycol.to_numpy()
+        if y.dtype.kind == "f" and not np.all(np.isfinite(y)):
+            raise ValueError(f"{path.name} has infinite values in the target column {target!r}")
+        y = _whole_to_int(y.astype(np.float64)) if y.dtype.kind == "f" else y.astype(np.int64)
+    return X, y, [str(c) for c in features]
+
+
+def load_libsvm(path, n_features: int | None = None):
+    """Load LIBSVM / SVMlight text (1-based feature indices) as scipy CSR.
+
+    Each line is ``label index:value index:value ...``; ``#`` starts a comment.  Parsed
+    by ``sklearn.datasets.load_svmlight_file`` with ``zero_based=False``.
+
+    Args:
+        path: file name, plain or gzip-compressed (detected from the content).
+        n_features: width of X.  Default: the largest index in the file.  Give it to
+            load a train and a test file with the same width (it must be at least the
+            largest index present).
+
+    Returns:
+        (X, y): X a ``scipy.sparse.csr_matrix`` of float64, shape (n, n_features), with
+        sorted indices and no duplicates; y of shape (n,), int64 when all labels are
+        whole numbers, else float64.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: malformed lines, index 0 (not 1-based), an index larger than
+            ``n_features``, NaN/inf values or labels, an empty file.
+
+    Example:
+        >>> X, y = load_libsvm("../shared/datasets/treebank/treebank.train")  # doctest: +SKIP
+    """
+    from sklearn.datasets import load_svmlight_file
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"LIBSVM file not found: {path}")
+    if n_features is not None and (
+        isinstance(n_features, bool) or not isinstance(n_features, (int, np.integer)) or n_features < 1
+    ):
+        raise ValueError(f"n_features must be a positive integer, got {n_features!r}")
+    with _open_maybe_gzip(path) as fh:
+        try:
+            X, y = load_svmlight_file(
+                fh, n_features=None, dtype=np.float64, zero_based=False, multilabel=False
+            )
+        except ValueError as err:
+            raise ValueError(f"{path.name} is not valid 1-based LIBSVM text: {err}") from err
+    if X.shape[0] == 0:
+        raise ValueError(f"{path.name} holds no samples")
+    if n_features is not None:
+        if X.shape[1] > n_features:
+            raise ValueError(
+                f"{path.name} uses feature index {X.shape[1]}, more than n_features={n_features}"
+            )
+        X = sp.csr_matrix((X.data, X.indices, X.indptr), shape=(X.shape[0], int(n_features)))
+    X = sp.csr_matrix(X)
+    X.sum_duplicates()
+    X.sort_indices()
+    if not np.all(np.isfinite(X.data)):
+        raise ValueError(f"{path.name} contains NaN or infinite feature values")
+    y = np.asarray(y, dtype=np.float64)
+    if not np.all(np.isfinite(y)):
+        raise ValueError(f"{path.name} contains NaN or infinite labels")
+    return X, _whole_to_int(y)
+
+
+class Dataset(NamedTuple):
+    """One shared benchmark dataset, as returned by :func:`load_shared`."""
+
+    name: str
+    """Dataset name (a key of ``SHARED_DATASETS``)."""
+    kind: str
+    """'ordinal' (y in 1..K), 'continuous' (raw target, bin it) or 'libsvm' (sparse)."""
+    X: np.ndarray | sp.csr_matrix
+    """Features, dense (n, d) float64, or CSR for LIBSVM data (the train file)."""
+    y: np.ndarray
+    """Targets, shape (n,)."""
+    feature_names: list | None
+    """Column names of a CSV dataset; None for LIBSVM data."""
+    X_test: sp.csr_matrix | None
+    """Test features of a dataset that ships a fixed test file (same width as X), else None."""
+    y_test: np.ndarray | None
+    """Test targets matching ``X_test``, else None."""
+
+
+def _default_roots() -> list[Path]:
+    roots = []
+    env = os.environ.get("BAYESORD_DATASETS")
+    if env:
+        roots.append(Path(env))
+    roots.append(Path.cwd().parent / "shared" / "datasets")
+    roots.append(Path(__file__).resolve().parents[2] / "shared" / "datasets")
+    return roots
+
+
+def load_shared(name: str, root=None) -> Dataset:
+    """Load one dataset of ``../shared/datasets`` (MANIFEST.md) by name.
+
+    Args:
+        name: a key of ``SHARED_DATASETS`` (e.g. ``"toy"``, ``"abalone"``,
+            ``"treebank"``).
+        root: the datasets folder.  Default: ``$BAYESORD_DATASETS`` if set, else
+            ``../shared/datasets`` relative to the current directory, else relative to
+            the repository this package was imported from.
+
+    Returns:
+        A :class:`Dataset`.  Dense sets come from ``NAME.csv.gz`` via :func:`load_csv`
+        (target ``y``); ``treebank`` is the LIBSVM train file in ``X, y`` and the test
+        file in ``X_test, y_test``, both 8,569 columns wide.
+
+    Raises:
+        ValueError: unknown name.
+        FileNotFoundError: the folder or the dataset's file is absent (the message says
+            where it looked).
+
+    Example:
+        >>> ds = load_shared("toy")  # doctest: +SKIP
+        >>> ds.X.shape, ds.kind  # doctest: +SKIP
+        ((300, 2), 'ordinal')
+    """
+    if name not in SHARED_DATASETS:
+        raise ValueError(f"unknown shared dataset {name!r}; known: {sorted(SHARED_DATASETS)}")
+    kind = SHARED_DATASETS[name]
+    roots = [Path(root)] if root is not None else _default_roots()
+    if kind == "libsvm":
+        wanted = [Path(name) / f"{name}.train", Path(name) / f"{name}.test"]
+    else:
+        wanted = [Path(f"{name}.csv.gz")]
+    for base in roots:
+        files = [base / w for w in wanted]
+        if all(f.is_file() for f in files):
+            break
+    else:
+        looked = ", ".join(str(r / wanted[0]) for r in roots)
+        raise FileNotFoundError(
+            f"shared dataset {name!r} not found (looked for {looked}); the shared data sits "
+            "beside the repository in ../shared/datasets, or pass root= / set BAYESORD_DATASETS"
+        )
+    if kind == "libsvm":
+        X_tr, y_tr = load_libsvm(files[0])
+        X_te, y_te = load_libsvm(files[1])
+        width = max(X_tr.shape[1], X_te.shape[1])
+        X_tr = sp.csr_matrix((X_tr.data, X_tr.indices, X_tr.indptr), shape=(X_tr.shape[0], width))
+        X_te = sp.csr_matrix((X_te.data, X_te.indices, X_te.indptr), shape=(X_te.shape[0], width))
+        return Dataset(name, kind, X_tr, y_tr, None, X_te, y_te)
+    X, y, names = load_csv(files[0], target="y")
+    return Dataset(name, kind, X, y, names, None, None)
+
+
+# ------------------------------------------------------------------------------ binning
+
+
+def _check_continuous(y, n_bins) -> np.ndarray:
+    if isinstance(n_bins, bool) or not isinstance(n_bins, (int, np.integer)):
+        raise TypeError(f"n_bins must be an integer, got {type(n_bins).__name__}")
+    if n_bins < 2:
+        raise ValueError(f"n_bins must be at least 2, got {n_bins}")
+    arr = np.asarray(y)
+    if arr.dtype.kind not in "biuf":
+        raise TypeError(f"y must be numeric to be binned, got dtype {arr.dtype}")
+    if arr.ndim != 1:
+        raise ValueError(f"y must be 1-D, got shape {arr.shape}")
+    if arr.shape[0] == 0:
+        raise ValueError("y is empty")
+    arr = arr.astype(np.float64)
+    if not np.all(np.isfinite(arr)):
+        raise ValueError("y contains NaN or infinite values; binning needs finite targets")
+    return arr
+
+
+def equal_width_bins(y, n_bins: int) -> np.ndarray:
+    """Cut a continuous target into ``n_bins`` intervals of equal width: classes 1..K.
+
+    Edges e_k = min + k (max - min) / K.  Bins are closed on the left, [e_k, e_{k+1}),
+    and the last one also holds the maximum, so a value on an interior edge goes to the
+    upper class and equal values always share a class.  Bins can be empty (outliers
+    stretch the range); such classes are simply absent from the result.
+
+    Args:
+        y: continuous targets, shape (n,), finite.
+        n_bins: number of classes K >= 2.
+
+    Returns:
+        int64 classes in 1..K, shape (n,), non-decreasing in y.
+
+    Raises:
+        ValueError: n_bins < 2, non-finite or empty y, or y constant (no width to cut).
+        TypeError: non-numeric y or non-integer n_bins.
+
+    Example:
+        >>> equal_width_bins([0.0, 1.0, 2.0, 3.0, 4.0], 2)
+        array([1, 1, 2, 2, 2])
+    """
+    arr = _check_continuous(y, n_bins)
+    lo, hi = arr.min(), arr.max()
+    if lo == hi:
+        raise ValueError(f"y is constant ({lo}); it cannot be cut into {n_bins} bins")
+    inner = lo + (hi - lo) * np.arange(1, n_bins) / n_bins
+    return (np.searchsorted(inner, arr, side="right") + 1).astype(np.int64)
+
+
+def equal_frequency_bins(y, n_bins: int) -> np.ndarray:
+    """Cut a continuous target into ``n_bins`` classes of (nearly) equal size: 1..K.
+
+    Ties are never split: all copies of a value share one class, so classes are ordered
+    (y_i < y_j implies class_i <= class_j).  The K-1 cuts are placed between distinct
+    values: each at the boundary nearest to its ideal position j·n/K in the sorted data,
+    then moved as little as needed to keep the cuts distinct, so every class 1..K is
+    non-empty.  Without ties the class sizes differ by at most one; heavy ties make them
+    as equal as the ties allow.
+
+    Args:
+        y: continuous targets, shape (n,), finite.
+        n_bins: number of classes K >= 2.
+
+    Returns:
+        int64 classes in 1..K, shape (n,), each class present.
+
+    Raises:
+        ValueError: n_bins < 2, non-finite or empty y, or fewer than K distinct values.
+        TypeError: non-numeric y or non-integer n_bins.
+
+    Example:
+        >>> equal_frequency_bins([5.0, 1.0, 1.0, 1.0, 2.0, 3.0], 3)
+        array([3, 1, 1, 1, 2, 3])
+    """
+    arr = _check_continuous(y, n_bins)
+    values, counts = np.unique(arr, return_counts=True)
+    m = values.shape[0]
+    if m < n_bins:
+        raise ValueError(
+            f"y has {m} distinct value(s); it cannot be cut into {n_bins} ordered classes "
+            "without splitting ties"
+        )
+    n = arr.shape[0]
+    # boundaries[i] = number of samples with value <= values[i], for the m-1 places
+    # where a cut can go (between values[i] and values[i+1]).
+    boundaries = np.cumsum(counts)[:-1]
+    ideal = np.arange(1, n_bins) * n / n_bins
+    right = np.clip(np.searchsorted(boundaries, ideal), 0, m - 2)
+    left = np.clip(right - 1, 0, m - 2)
+    cut = np.where(np.abs(boundaries[left] - ideal) <= np.abs(boundaries[right] - ideal), left, right)
+    for j in range(1, n_bins - 1):  # strictly increasing cut places...
+        cut[j] = max(cut[j], cut[j - 1] + 1)
+    cut[-1] = min(cut[-1], m - 2)
+    for j in range(n_bins - 3, -1, -1):  # ...that still fit below the last place
+        cut[j] = min(cut[j], cut[j + 1] - 1)
+    class_of_value = np.searchsorted(cut, np.arange(m), side="left") + 1
+    return class_of_value[np.searchsorted(values, arr)].astype(np.int64)
+
+
+# ------------------------------------------------------------------------------- splits
+
+
+def _check_labels_1d(y) -> np.ndarray:
+    arr = np.asarray(y)
+    if arr.ndim != 1:
+        raise ValueError(f"y must be 1-D, got shape {arr.shape}")
+    if arr.shape[0] == 0:
+        raise ValueError("y is empty")
+    if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
+        raise ValueError("y contains NaN or infinite values")
+    if arr.dtype == object and any(v is None or (isinstance(v, float) and np.isnan(v)) for v in arr):
+        raise ValueError("y contains missing labels (None/NaN)")
+    return arr
+
+
+def _check_n_train(n_train, n: int) -> int:
+    if isinstance(n_train, bool) or not isinstance(n_train, (int, np.integer)):
+        raise TypeError(f"n_train must be an integer, got {type(n_train).__name__}")
+    if not 0 < n_train < n:
+        raise ValueError(f"n_train must be between 1 and n - 1 = {n - 1}, got {n_train}")
+    return int(n_train)
+
+
+def _class_codes(y: np.ndarray) -> np.ndarray:
+    try:
+        _, codes = np.unique(y, return_inverse=True)
+    except TypeError as err:
+        raise TypeError("labels of mixed types cannot be grouped into classes") from err
+    return codes.ravel()
+
+
+def _random_within_class_order(codes: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Indices grouped by class (classes in order), in random order within each class."""
+    perm = rng.permutation(codes.shape[0])
+    return perm[np.argsort(codes[perm], kind="stable")]
+
+
+def stratified_split(y, n_train: int, seed=None):
+    """Random train/test split that keeps the class proportions, with exactly n_train.
+
+    Class c gets round(n_train · n_c / n) training rows by largest remainders, then every
+    class gets at least one training row when n_train >= K (taken from the classes that
+    are most over their share), and at least one test row when n - n_train >= K and the
+    class has two or more rows.
+
+    Args:
+        y: labels, shape (n,), any sortable values.
+        n_train: exact size of the training part, 1 <= n_train <= n - 1.
+        seed: seed for ``numpy.random.default_rng``.
+
+    Returns:
+        (train_idx, test_idx): sorted int64 index arrays, disjoint, covering 0..n-1.
+
+    Raises:
+        ValueError: empty or non-finite y, n_train out of range.
+
+    Example:
+        >>> tr, te = stratified_split([1, 1, 1, 1, 2, 2, 2, 2], 4, seed=0)
+        >>> len(tr), len(te)
+        (4, 4)
+    """
+    arr = _check_labels_1d(y)
+    n = arr.shape[0]
+    n_train = _check_n_train(n_train, n)
+    codes = _class_codes(arr)
+    counts = np.bincount(codes)
+    n_classes = counts.shape[0]
+    quota = counts * n_train / n
+    take = np.floor(quota).astype(np.int64)
+    lower = np.zeros(n_classes, dtype=np.int64)
+    upper = counts.copy()
+    if n_train >= n_classes:
+        lower[:] = 1
+    if n - n_train >= n_classes:
+        upper = np.where(counts >= 2, counts - 1, counts)
+    take = np.clip(take, lower, upper)
+    # Fix the total one row at a time, choosing the class whose share is most off.
+    while take.sum() < n_train:
+        room = np.where(take < upper, quota - take, -np.inf)
+        if not np.isfinite(room.max()):
+            room = np.where(take < counts, quota - take, -np.inf)
+        take[int(np.argmax(room))] += 1
+    while take.sum() > n_train:
+        excess = np.where(take > lower, take - quota, -np.inf)
+        take[int(np.argmax(excess))] -= 1
+    rng = np.random.default_rng(seed)
+    order = _random_within_class_order(codes, rng)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    rank_in_class = np.arange(n) - starts[codes[order]]
+    in_train = rank_in_class < take[codes[order]]
+    return np.sort(order[in_train]).astype(np.int64), np.sort(order[~in_train]).astype(np.int64)
+
+
+def random_split(n: int, n_train: int, seed=None):
+    """Uniformly random train/test split of n rows (for continuous targets).
+
+    Args:
+        n: number of rows.
+        n_train: exact size of the training part, 1 <= n_train <= n - 1.
+        seed: seed for ``numpy.random.default_rng``.
+
+    Returns:
+        (train_idx, test_idx): sorted int64 index arrays, disjoint, covering 0..n-1.
+
+    Example:
+        >>> tr, te = random_split(10, 7, seed=0)
+        >>> len(tr), len(te)
+        (7, 3)
+    """
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+        raise TypeError(f"n must be an integer, got {type(n).__name__}")
+    if n < 2:
+        raise ValueError(f"n must be at least 2 to split, got {n}")
+    n_train = _check_n_train(n_train, int(n))
+    perm = np.random.default_rng(seed).permutation(int(n))
+    return np.sort(perm[:n_train]).astype(np.int64), np.sort(perm[n_train:]).astype(np.int64)
+
+
+def _fold_ids(y_or_n, k, seed, stratify: bool) -> np.ndarray:
+    """Fold number 0..k-1 of every row."""
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
+        raise TypeError(f"k must be an integer, got {type(k).__name__}")
+    if isinstance(y_or_n, (int, np.integer)) and not isinstance(y_or_n, bool):
+        n = int(y_or_n)
+        codes = None
+    else:
+        arr = _check_labels_1d(y_or_n)
+        n = arr.shape[0]
+        codes = _class_codes(arr) if stratify else None
+    if k < 2:
+        raise ValueError(f"k must be at least 2, got {k}")
+    if k > n:
+        raise ValueError(f"k = {k} folds need at least {k} rows, got {n}")
+    rng = np.random.default_rng(seed)
+    if codes is None:
+        order = rng.permutation(n)
+    else:
+        smallest = int(np.bincount(codes).min())
+        if smallest < k:
+            warnings.warn(
+                f"the smallest class has {smallest} member(s), fewer than k = {k}: some folds "
+                "have no test row of that class",
+                UserWarning,
+                stacklevel=3,
+            )
+        # Dealing the rows round-robin, class after class, puts n_c / k (+-1) rows of
+        # every class and n / k (+-1) rows in total into each fold.
+        order = _random_within_class_order(codes, rng)
+    fold = np.empty(n, dtype=np.int64)
+    fold[order] = rng.permutation(k)[np.arange(n) % k]
+    return fold
+
+
+def kfold_indices(y_or_n, k: int = 5, seed=None, stratify: bool = True):
+    """K-fold cross-validation indices, stratified by class when labels are given.
+
+    Args:
+        y_or_n: labels of shape (n,) (stratified folds when ``stratify``), or the number
+            of rows n (plain random folds; use this for continuous targets).
+        k: number of folds, 2 <= k <= n.
+        seed: seed for ``numpy.random.default_rng``.
+        stratify: keep the class proportions in every fold (each fold gets n_c / k
+            rows of class c, up to one).  Warns when a class has fewer than k rows.
+
+    Returns:
+        A list of k pairs (train_idx, test_idx) of sorted int64 arrays; the test parts
+        partition 0..n-1 and their sizes differ by at most one.
+
+    Example:
+        >>> folds = kfold_indices(10, k=5, seed=0)
+        >>> [len(te) for _, te in folds]
+        [2, 2, 2, 2, 2]
+    """
+    fold = _fold_ids(y_or_n, k, seed, stratify)
+    return [(np.flatnonzero(fold != f), np.flatnonzero(fold == f)) for f in range(int(k))]
+
+
+def kfold_masks(y_or_n, k: int = 5, seed=None, stratify: bool = True) -> np.ndarray:
+    """The folds of :func:`kfold_indices` (same arguments, same seed, same folds) as masks.
+
+    Returns:
+        bool array of shape (k, n): row f is True on the training rows of fold f and
+        False on its test rows.  ``masks.astype(float)`` are 0/1 sample weights, so all
+        folds can be fitted in one ``jax.vmap`` over the weights; ``~masks`` selects the
+        test rows.
+
+    Example:
+        >>> kfold_masks(6, k=3, seed=0).sum(axis=1)
+        array([4, 4, 4])
+    """
+    fold = _fold_ids(y_or_n, k, seed, stratify)
+    return fold[None, :] != np.arange(int(k))[:, None]
+
+
+# ---------------------------------------------------------------------------- synthetic
+
+
+def make_isbor_synthetic(n: int = 21000, seed=None, noise_sd: float = 0.5):
+    """The 2-D synthetic ordinal problem of the ISBOR paper (Sec. 5.1).
+
+    x ~ Uniform([0, 10]²), score = 10 (x₁ - 5)(x₂ - 5) + ε with ε ~ N(0, noise_sd²),
+    class k when b_{k-1} < score <= b_k with thresholds (-60, -9, 15, 60): five classes.
+    The paper prints (x - 0.5), which cannot produce its reported class counts
+    4431/4535/3949/3780/4305 of 21,000; (x - 5) does, so that is what is generated.
+
+    Args:
+        n: number of points.
+        seed: seed for ``numpy.random.default_rng``.
+        noise_sd: standard deviation of the latent noise (>= 0).
+
+    Returns:
+        (X, y): X of shape (n, 2) float64, y int64 classes in 1..5.
+
+    Example:
+        >>> X, y = make_isbor_synthetic(n=100, seed=0)
+        >>> X.shape, sorted(set(y.tolist())) == [1, 2, 3, 4, 5]
+        ((100, 2), True)
+    """
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"n must be a positive integer, got {n!r}")
+    if not np.isfinite(noise_sd) or noise_sd < 0:
+        raise ValueError(f"noise_sd must be finite and >= 0, got {noise_sd!r}")
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(0.0, 10.0, size=(int(n), 2))
+    score = 10.0 * (X[:, 0] - 5.0) * (X[:, 1] - 5.0) + rng.normal(0.0, noise_sd, size=int(n))
+    thresholds = np.array([-60.0, -9.0, 15.0, 60.0])
+    y = np.searchsorted(thresholds, score, side="left") + 1
+    return X, y.astype(np.int64)
+
+
+class OrdinalTruth(NamedTuple):
+    """The parameters that generated a :func:`make_ordinal_probit` sample."""
+
+    w: np.ndarray
+    """True weights, shape (d,)."""
+    thresholds: np.ndarray
+    """True thresholds b_1 < ... < b_{K-1}, shape (K-1,)."""
+    sigma: float
+    """Noise scale: sd of the Gaussian noise (probit), scale of the logistic noise (logit)."""
+    link: str
+    """'probit' or 'logit'."""
+
+
+def make_ordinal_probit(
+    n: int,
+    d: int,
+    n_classes: int,
+    seed=None,
+    w=None,
+    thresholds=None,
+    sigma: float = 1.0,
+    link: str = "probit",
+):
+    """Sample from a linear ordinal probit (or logit) model with known parameters.
+
+    x ~ N(0, I_d), f = xᵀw + ε with ε ~ N(0, σ²) (probit) or logistic with scale σ
+    (logit), and y = k when b_{k-1} < f <= b_k (b_0 = -∞, b_K = +∞); so
+    P(y = k | x) = G((b_k - xᵀw)/σ) - G((b_{k-1} - xᵀw)/σ) with G the normal or logistic
+    CDF (the ISBOR paper's Eq. 4 for the probit).
+
+    Args:
+        n: number of samples.
+        d: number of features.
+        n_classes: K >= 2.
+        seed: seed for ``numpy.random.default_rng`` (draws w first when it is not given,
+            then X, then the noise).
+        w: true weights, shape (d,); default standard normal draws.
+        thresholds: strictly increasing, shape (K-1,); default the k/K quantiles of
+            N(0, |w|² + s²) with s² the noise variance (σ² for probit, σ²π²/3 for
+            logit): equiprobable classes for the probit, nearly so for the logit.
+        sigma: noise scale σ > 0.
+        link: ``"probit"`` or ``"logit"``.
+
+    Returns:
+        (X, y, truth): X (n, d) float64, y int64 classes in 1..K, truth an
+        :class:`OrdinalTruth`.
+
+    Example:
+        >>> X, y, truth = make_ordinal_probit(200, 3, 4, seed=0)
+        >>> X.shape, truth.thresholds.shape
+        ((200, 3), (3,))
+    """
+    for name, value, least in (("n", n, 1), ("d", d, 1), ("n_classes", n_classes, 2)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
+            raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
+    if link not in ("probit", "logit"):
+        raise ValueError(f"link must be 'probit' or 'logit', got {link!r}")
+    if not np.isfinite(sigma) or sigma <= 0:
+        raise ValueError(f"sigma must be finite and > 0, got {sigma!r}")
+    rng = np.random.default_rng(seed)
+    if w is None:
+        w = rng.standard_normal(int(d))
+    w = np.asarray(w, dtype=np.float64)
+    if w.shape != (d,) or not np.all(np.isfinite(w)):
+        raise ValueError(f"w must be a finite array of shape ({d},), got shape {w.shape}")
+    noise_var = sigma**2 if link == "probit" else sigma**2 * np.pi**2 / 3.0
+    if thresholds is None:
+        scale = np.sqrt(w @ w + noise_var)
+        thresholds = scale * ndtri(np.arange(1, n_classes) / n_classes)
+    thresholds = np.asarray(thresholds, dtype=np.float64)
+    if thresholds.shape != (n_classes - 1,):
+        raise ValueError(
+            f"thresholds must have shape ({n_classes - 1},) for {n_classes} classes, "
+            f"got {thresholds.shape}"
+        )
+    if not np.all(np.isfinite(thresholds)) or np.any(np.diff(thresholds) <= 0):
+        raise ValueError("thresholds must be finite and strictly increasing")
+    X = rng.standard_normal((int(n), int(d)))
+    if link == "probit":
+        noise = rng.normal(0.0, sigma, size=int(n))
+    else:
+        noise = rng.logistic(0.0, sigma, size=int(n))
+    f = X @ w + noise
+    y = np.searchsorted(thresholds, f, side="left") + 1
+    return X, y.astype(np.int64), OrdinalTruth(w.copy(), thresholds.copy(), float(sigma), link)

@@ -1,0 +1,308 @@
+"""``OrdinalProbit``: the Bayesian linear ordinal regression as a scikit-learn estimator."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import jax
+import numpy as np
+import pandas as pd
+from scipy.stats import norm
+
+from .._probit import (
+    ProbitConfig,
+    ProbitResult,
+    class_prob_bands,
+    evidence_threshold_cov,
+    fit_probit,
+    predict_probit,
+)
+from .._status import check_status
+from .._validation import float_dtype
+from ._base import OrdinalEstimator, reset_fitted
+
+__all__ = ["OrdinalProbit"]
+
+_FORMAT = "bayesord.OrdinalProbit/1"
+
+
+class OrdinalProbit(OrdinalEstimator):
+    """Bayesian linear ordinal regression with a Laplace posterior.
+
+    Latent ``f = x^T w``, ``P(y = k) = F((b_{k+1} - f)/sigma) - F((b_k - f)/sigma)``, prior
+    ``w ~ N(0, alpha^{-1} I)`` (or ARD).  ``sigma`` is fixed to 1 (it is not identifiable
+    with free thresholds), and there is no intercept (the thresholds absorb it).  See
+    :mod:`bayesord._probit` for the maths.
+
+    Args:
+        thresholds: "evidence" (default): thresholds and ``alpha`` tuned by maximising the
+            Laplace evidence (type-II ML); "joint": thresholds estimated with ``w`` for the
+            fixed ``alpha`` given (``alpha=0`` is maximum likelihood).
+        alpha: prior precision (scalar, or one per feature with ``prior="ard"``): the
+            starting value in "evidence" mode, the fixed value in "joint" mode.
+        prior: "gaussian" or "ard".
+        link: "probit" (default) or "logit".
+        tol: relative tolerance of the solvers; default 1e-10 in float64, 1e-5 in float32.
+        max_iter: cap on evidence (L-BFGS) iterations.
+        max_newton: cap on Newton iterations per MAP solve.
+        classes: the labels in increasing order (required for string labels).
+        n_draws: posterior draws used for probability bands.
+        random_state: seed (int) for the posterior draws.
+
+    Attributes:
+        classes_: labels in increasing order.
+        coef_: posterior mean of w, shape (d,).
+        coef_cov_: posterior covariance of w, shape (d, d).
+        thresholds_: ordered thresholds, shape (K-1,).
+        thresholds_cov_: covariance of the thresholds: the joint posterior ("joint"), or the
+            Laplace approximation of the evidence curvature ("evidence").
+        noise_: the noise scale sigma (1).
+        alpha_: prior precisions after fitting, shape (d,).
+        log_evidence_: Laplace log evidence (Eq. 12 of the ISBOR paper).
+        n_iter_, converged_: how the solver ended.
+        result_: the functional :class:`bayesord._probit.ProbitResult`.
+
+    Example:
+        >>> from bayesord import OrdinalProbit
+        >>> from bayesord.datasets import make_ordinal_probit
+        >>> X, y, _ = make_ordinal_probit(300, 3, 4, seed=0)
+        >>> model = OrdinalProbit().fit(X, y)
+        >>> model.predict_proba(X[:2]).shape
+        (2, 4)
+    """
+
+    def __init__(self, thresholds="evidence", alpha=1.0, prior="gaussian", link="probit",
+                 tol=None, max_iter=200, max_newton=100, classes=None, n_draws=200,
+                 random_state=None):
+        self.thresholds = thresholds
+        self.alpha = alpha
+        self.prior = prior
+        self.link = link
+        self.tol = tol
+        self.max_iter = max_iter
+        self.max_newton = max_newton
+        self.classes = classes
+        self.n_draws = n_draws
+        self.random_state = random_state
+
+    # ------------------------------------------------------------------ fitting
+    def _config(self):
+        for name in ("max_iter", "max_newton", "n_draws"):
+            val = getattr(self, name)
+            if not isinstance(val, (int, np.integer)) or isinstance(val, bool) or val < 1:
+                raise ValueError(f"{name} must be a positive integer, got {val!r}")
+        return ProbitConfig(link=self.link, thresholds=self.thresholds, prior=self.prior,
+                            max_newton=int(self.max_newton), max_outer=int(self.max_iter))
+
+    def _alpha(self, d):
+        alpha = np.asarray(self.alpha, dtype=np.float64)
+        if alpha.ndim == 1 and self.prior != "ard":
+            raise ValueError("a vector alpha needs prior='ard'")
+        if alpha.ndim > 1 or (alpha.ndim == 1 and alpha.shape[0] != d):
+            raise ValueError(f"alpha must be a scalar or have shape ({d},), got {alpha.shape}")
+        if not np.all(np.isfinite(alpha)):
+            raise ValueError("alpha must be finite")
+        floor = 0.0 if self.thresholds == "joint" else np.finfo(float).tiny
+        if np.any(alpha < floor):
+            need = "non-negative" if self.thresholds == "joint" else "positive"
+            raise ValueError(f"alpha must be {need} with thresholds={self.thresholds!r}")
+        return alpha
+
+    def _tol(self, dtype):
+        if self.tol is None:
+            return 1e-10 if dtype == np.float64 else 1e-5
+        if not (np.isfinite(self.tol) and self.tol > 0):
+            raise ValueError(f"tol must be a positive number, got {self.tol!r}")
+        return float(self.tol)
+
+    def fit(self, X, y, sample_weight=None):
+        """Fit the posterior.  Labels may be any ordered values (see ``classes``).
+
+        Raises:
+            ValueError: bad input (NaN/inf, mismatched lengths, one class, ...).
+            FloatingPointError: the solver hit a non-finite value or a failed Cholesky.
+
+        Warns:
+            ConvergenceWarning: an iteration cap was reached.
+        """
+        reset_fitted(self)
+        config = self._config()
+        X, codes, sw = self._validate_fit(X, y, sample_weight, self.classes)
+        alpha = self._alpha(X.shape[1])
+        dtype = float_dtype()
+        tol = self._tol(dtype)
+        try:
+            res = fit_probit(X.astype(dtype), codes, sw.astype(dtype), alpha.astype(dtype), tol,
+                             config=config, n_classes=len(self.classes_))
+            check_status(res.status, "OrdinalProbit.fit")
+            thr_cov = np.asarray(res.thresholds_cov)
+            if config.thresholds == "evidence":
+                cov, ok = evidence_threshold_cov(res, X.astype(dtype), codes, sw.astype(dtype), tol,
+                                                 config=config, n_classes=len(self.classes_))
+                thr_cov = np.asarray(cov)
+                if not bool(ok):
+                    warnings.warn("the log evidence is not curved in every threshold direction; "
+                                  "threshold standard deviations are unavailable (NaN)",
+                                  RuntimeWarning, stacklevel=2)
+                    thr_cov = np.full_like(thr_cov, np.nan)
+        except Exception:
+            reset_fitted(self)
+            raise
+        self.result_ = jax.tree_util.tree_map(np.asarray, res)
+        self.coef_ = np.asarray(res.coef)
+        self.coef_cov_ = np.asarray(res.coef_cov)
+        self.thresholds_ = np.asarray(res.thresholds)
+        self.thresholds_cov_ = thr_cov
+        self.noise_ = float(res.sigma)
+        self.alpha_ = np.asarray(res.alpha)
+        self.log_evidence_ = float(res.log_evidence)
+        self.n_iter_ = int(res.n_iter)
+        self.converged_ = bool(res.converged)
+        return self
+
+    # --------------------------------------------------------------- prediction
+    def _predict_all(self, X):
+        X = self._validate_predict(X)
+        res = jax.tree_util.tree_map(lambda a: np.asarray(a, float_dtype()), self.result_)
+        return predict_probit(res, X.astype(float_dtype()), link=self.link)
+
+    def predict_proba(self, X):
+        """Class probabilities, shape (n, K), columns in ``classes_`` order, rows summing to 1.
+
+        The weight posterior is integrated exactly (probit) through the latent variance.
+        """
+        return np.asarray(self._predict_all(X).proba, dtype=np.float64)
+
+    def predict_cumproba(self, X):
+        """Cumulative probabilities ``P(y <= classes_[k])`` for k < K-1, shape (n, K-1)."""
+        return np.asarray(self._predict_all(X).cum_proba, dtype=np.float64)
+
+    def predict_latent(self, X):
+        """Latent mean ``x^T w*`` and variance ``x^T Sigma x`` (weight uncertainty), each (n,)."""
+        p = self._predict_all(X)
+        return np.asarray(p.mean, dtype=np.float64), np.asarray(p.var, dtype=np.float64)
+
+    def predict(self, X, rule="mode"):
+        """Predicted labels: ``rule="mode"`` (most probable class, the default) or
+        ``"median"`` (the smallest class whose cumulative probability reaches 1/2, which
+        minimises the expected absolute error in class positions)."""
+        proba = self.predict_proba(X)
+        if rule == "mode":
+            idx = np.argmax(proba, axis=1)
+        elif rule == "median":
+            idx = np.argmax(np.cumsum(proba, axis=1) >= 0.5, axis=1)
+        else:
+            raise ValueError(f"rule must be 'mode' or 'median', got {rule!r}")
+        return self._decode(idx)
+
+    def predict_expected(self, X):
+        """Expected label: ``sum_k P(y=k) c_k`` over the class values ``c_k`` when the classes
+        are numeric, else over class positions 1..K."""
+        proba = self.predict_proba(X)
+        values = np.asarray(self.classes_)
+        if values.dtype.kind not in "biuf":
+            values = np.arange(1, len(values) + 1)
+        return proba @ values.astype(np.float64)
+
+    def predict_proba_interval(self, X, level=0.95):
+        """Central credible band of each class probability under the posterior.
+
+        Draws ``n_draws`` samples of (w, thresholds) from the Laplace posterior (thresholds
+        in log-gap space so every draw is ordered) and returns per-class quantiles.
+
+        Returns:
+            (lower, upper, sd), each (n, K), with 0 <= lower <= upper <= 1.
+        """
+        X = self._validate_predict(X)
+        res = jax.tree_util.tree_map(lambda a: np.asarray(a, float_dtype()), self.result_)
+        if self.thresholds == "evidence":
+            res = res._replace(thresholds_cov=np.nan_to_num(self.thresholds_cov_).astype(float_dtype()))
+        seed = 0 if self.random_state is None else self.random_state
+        if not isinstance(seed, (int, np.integer)):
+            raise TypeError("random_state must be an int or None")
+        lo, hi, sd = class_prob_bands(res, X.astype(float_dtype()), jax.random.key(int(seed)),
+                                      level=level, n_draws=int(self.n_draws), link=self.link)
+        return tuple(np.clip(np.asarray(a, dtype=np.float64), 0.0, 1.0) for a in (lo, hi, sd))
+
+    def score(self, X, y, sample_weight=None):
+        """Negative mean absolute error in class positions (higher is better)."""
+        codes = self._encode_y(y, np.shape(X)[0])
+        pred = self._encode_y(self.predict(X), len(codes))
+        err = np.abs(pred - codes)
+        return -float(np.average(err, weights=sample_weight))
+
+    # ------------------------------------------------------------------ summary
+    def summary(self, level=0.95):
+        """Posterior mean, sd and a central interval for every coefficient and threshold.
+
+        Returns:
+            pandas DataFrame indexed by parameter name.
+        """
+        from sklearn.utils.validation import check_is_fitted
+
+        check_is_fitted(self, "coef_")
+        z = norm.ppf(0.5 + level / 2)
+        names = getattr(self, "feature_names_in_", None)
+        names = list(names) if names is not None else [f"x{j}" for j in range(len(self.coef_))]
+        cls = [str(c) for c in self.classes_]
+        thr_names = [f"threshold {cls[k]}|{cls[k + 1]}" for k in range(len(cls) - 1)]
+        mean = np.concatenate([self.coef_, self.thresholds_])
+        sd = np.sqrt(np.concatenate([np.diag(self.coef_cov_), np.diag(self.thresholds_cov_)]))
+        lo_name, hi_name = f"{100 * (1 - level) / 2:g}%", f"{100 * (1 + level) / 2:g}%"
+        kind = ["posterior"] * len(self.coef_) + (
+            ["posterior"] * len(thr_names) if self.thresholds == "joint"
+            else ["type-II ML (evidence curvature)"] * len(thr_names))
+        return pd.DataFrame({"mean": mean, "sd": sd, lo_name: mean - z * sd, hi_name: mean + z * sd,
+                             "kind": kind}, index=names + thr_names)
+
+    # ------------------------------------------------------------ persistence
+    def save(self, path):
+        """Save the fitted model to ``path`` (.npz of arrays plus JSON metadata; no pickle).
+
+        Floats are stored in binary, so :meth:`load` restores the model exactly.
+        """
+        from sklearn.utils.validation import check_is_fitted
+
+        check_is_fitted(self, "coef_")
+        classes = np.asarray(self.classes_)
+        meta = {
+            "format": _FORMAT,
+            "params": {k: (v.tolist() if isinstance(v, np.ndarray) else v)
+                       for k, v in self.get_params().items()},
+            "classes": classes.tolist(),
+            "classes_kind": classes.dtype.kind,
+            "feature_names": (list(self.feature_names_in_)
+                              if hasattr(self, "feature_names_in_") else None),
+            "scalars": {"noise_": self.noise_, "log_evidence_": self.log_evidence_,
+                        "n_iter_": self.n_iter_, "converged_": self.converged_},
+        }
+        arrays = {f"result.{k}": np.asarray(v) for k, v in self.result_._asdict().items()}
+        arrays["thresholds_cov_"] = self.thresholds_cov_
+        with open(path, "wb") as fh:
+            np.savez(fh, meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays)
+
+    @classmethod
+    def load(cls, path):
+        """Load a model written by :meth:`save`."""
+        with np.load(path, allow_pickle=False) as data:
+            meta = json.loads(bytes(data["meta"]).decode())
+            if meta.get("format") != _FORMAT:
+                raise ValueError(f"{path} is not a saved OrdinalProbit (format {meta.get('format')!r})")
+            fields = {k: data[f"result.{k}"] for k in ProbitResult._fields}
+            thr_cov = data["thresholds_cov_"]
+        model = cls(**meta["params"])
+        res = ProbitResult(**fields)
+        model.result_ = res
+        model.classes_ = np.asarray(meta["classes"]).astype(meta["classes_kind"] if meta["classes_kind"] in "biuf" else str)
+        model.n_features_in_ = res.coef.shape[0]
+        if meta["feature_names"] is not None:
+            model.feature_names_in_ = np.asarray(meta["feature_names"], dtype=object)
+        model.coef_ = res.coef
+        model.coef_cov_ = res.coef_cov
+        model.thresholds_ = res.thresholds
+        model.thresholds_cov_ = thr_cov
+        model.alpha_ = res.alpha
+        for k, v in meta["scalars"].items():
+            setattr(model, k, v)
+        return model
