@@ -663,7 +663,7 @@ def fit_sbor(X, y, weights, cand_index, cand_valid, theta, *, config: ISBORConfi
 # ---------------------------------------------------------------------------------------
 # Prediction
 
-_GH_X, _GH_W = np.polynomial.hermite.hermgauss(24)
+_GH_X, _GH_W = np.polynomial.hermite.hermgauss(64)
 
 
 @partial(jax.jit, static_argnames=("kernel", "degree", "link"))
@@ -673,7 +673,8 @@ def predict_isbor(result: ISBORResult, X, *, kernel="rbf", degree=2, link="probi
     ``f(x) ~ N(m, v)`` with ``m = phi(x)^T w*`` and ``v = phi(x)^T Sigma phi(x)``;
     ``P(y = k | x) = F((b_{k+1} - m)/s) - F((b_k - m)/s)``, ``s = sqrt(sigma^2 + v)`` (exact
     for the probit), by :func:`bayesord._likelihood.log_class_probs`.  ``proba_std`` is the
-    standard deviation of ``P(y = k | f)`` over ``f ~ N(m, v)`` (24-point Gauss-Hermite).
+    standard deviation of ``P(y = k | f)`` over ``f ~ N(m, v)`` (64-point Gauss-Hermite,
+    accurate to about 1e-5 absolute unless ``sqrt(v)`` is many times ``sigma``).
 
     Args:
         result: a fitted :class:`ISBORResult`.
