@@ -368,22 +368,15 @@ def _by_tier(n_active, cap, make):
     """``make(T)`` for the smallest tier ``T >= n_active`` (``lax.switch``; shapes stay static).
 
     The active slots are kept compact (slots ``0..n_active-1``), so matrices of width ``T``
-    hold every active column and the costs scale with the active set, not the capacity.
+    hold every active column and the candidate scoring, the dominant ``O(N N_c T)`` cost,
+    scales with the active set rather than the capacity.  (Newton steps, ``O(N M^2)``, run
+    at full capacity: tiering them too tripled the compile time for little gain.)
     """
     tiers = _tiers(cap)
     if len(tiers) == 1:
         return make(cap)
     idx = jnp.searchsorted(jnp.asarray(tiers), n_active)
     return jax.lax.switch(jnp.minimum(idx, len(tiers) - 1), [partial(make, t) for t in tiers])
-
-
-def _pad_fit(fit: _Fit, cap) -> _Fit:
-    T = fit.w.shape[0]
-    if T == cap:
-        return fit
-    dtype = fit.w.dtype
-    return _Fit(jnp.zeros(cap, dtype).at[:T].set(fit.w),
-                jnp.eye(cap, dtype=dtype).at[:T, :T].set(fit.chol), fit.evidence, fit.ok)
 
 
 # ---------------------------------------------------------------------------------------
@@ -486,8 +479,7 @@ def fit_isbor(X, y, weights, cand_index, cand_valid, key, theta, *, config: ISBO
         jnp.arange(K, dtype=jnp.int32), mode="drop")
     b = _initial_thresholds(y, weights, K, dtype)
     sigma = jnp.ones((), dtype)
-    fit = _by_tier(jnp.sum(mask), cap, lambda T: _pad_fit(_laplace(
-        Phi[:, :T], y, weights, b, sigma, alpha[:T], jnp.zeros(T, dtype), newton_rtol, cfg), cap))
+    fit = _laplace(Phi, y, weights, b, sigma, alpha, jnp.zeros(cap, dtype), newton_rtol, cfg)
 
     ev_trace = jnp.full(cfg.max_iter + 1, jnp.nan, dtype).at[0].set(fit.evidence)
     state = _State(
@@ -538,10 +530,8 @@ def fit_isbor(X, y, weights, cand_index, cand_valid, key, theta, *, config: ISBO
         slot_pos = slot_pos.at[last].set(jnp.where(is_del, -1, slot_pos[last]))
         slot_of = s.slot_of.at[moved].set(jnp.where(is_del, slot, s.slot_of[moved]))
         slot_of = slot_of.at[j].set(jnp.where(is_add, slot, jnp.where(is_del, -1, slot_of[j])))
-        n_new = jnp.sum(mask)
 
-        trial = _by_tier(n_new, cap, lambda T: _pad_fit(_laplace(
-            Phi[:, :T], y, weights, s.b, s.sigma, alpha[:T], w0[:T], newton_rtol, cfg), cap))
+        trial = _laplace(Phi, y, weights, s.b, s.sigma, alpha, w0, newton_rtol, cfg)
         accept = changes & trial.ok & (trial.evidence >= e_start - 1e-9 * (1.0 + jnp.abs(e_start)))
         keep = lambda new, old: jnp.where(accept, new, old)
         fit = jax.tree_util.tree_map(keep, trial, s.fit)
@@ -550,13 +540,7 @@ def fit_isbor(X, y, weights, cand_index, cand_valid, key, theta, *, config: ISBO
         barred = jnp.where(accept, jnp.zeros_like(s.barred), s.barred.at[j].set(s.barred[j] | changes))
         n_pruned = s.n_pruned + (accept & (act == Action.PRUNE)).astype(jnp.int32)
 
-        def hyper(T):
-            b, sigma, f, lr = _hyper_step(Phi[:, :T], y, weights, alpha[:T], s.b, s.sigma,
-                                          _Fit(fit.w[:T], fit.chol[:T, :T], fit.evidence, fit.ok),
-                                          s.lr, newton_rtol, cfg)
-            return b, sigma, _pad_fit(f, cap), lr
-
-        b, sigma, fit, lr = _by_tier(jnp.sum(mask), cap, hyper)
+        b, sigma, fit, lr = _hyper_step(Phi, y, weights, alpha, s.b, s.sigma, fit, s.lr, newton_rtol, cfg)
 
         code = jnp.where(changes & ~accept, Action.REJECTED, act).astype(jnp.int32)
         converged = (best < min_delta) & (jnp.abs(fit.evidence - e_start) < min_delta)
@@ -619,7 +603,7 @@ def fit_sbor(X, y, weights, cand_index, cand_valid, theta, *, config: ISBORConfi
     fit = _laplace(Phi, y, weights, b, sigma, alpha, jnp.zeros(m, dtype), newton_rtol, cfg)
 
     def cond(c):
-        return (~c[-3]) & (c[-4] < cfg.max_iter)
+        return (~c[9]) & (c[8] < cfg.max_iter)
 
     def body(c):
         mask, alpha, Phi, fit, b, sigma, lr, n_pruned, it, done, status, ev_trace, act_trace = c

@@ -65,9 +65,9 @@ def select_theta(X, y, grid, seed):
     return float(m.theta_), dict(zip(map(float, grid), map(float, m.theta_grid_scores_)))
 
 
-def run_setting(name, X, y, n_train, partitions, grid, sbor_max, n_centres, seed0=0, paper=None):
+def run_setting(name, X, y, n_train, partitions, grid, sbor_max, n_centres, seed0=0, paper=None, theta=None):
     rows = []
-    theta = None
+    scores, sel_time = None, 0.0
     for p in range(partitions):
         rng = np.random.default_rng(seed0 + p)
         perm = rng.permutation(len(y))
@@ -125,6 +125,7 @@ def main(argv=None):
     ap.add_argument("--grid", type=float, nargs="+", default=[0.01, 0.1, 1.0, 10.0])
     ap.add_argument("--sbor-max", type=int, default=2000, help="largest N at which SBOR is run")
     ap.add_argument("--n-centres", type=int, default=None, help="candidate-centre subset for N > 10,000")
+    ap.add_argument("--theta", type=float, default=None, help="fix the kernel width (skip selection)")
     args = ap.parse_args(argv)
     if args.quick:
         args.sizes, args.partitions, args.only = [1000], 1, "synthetic"
@@ -135,7 +136,7 @@ def main(argv=None):
         X, y = make_isbor_synthetic(21000, seed=0)
         for n in args.sizes:
             out["synthetic"].append(run_setting("synthetic", X, y, n, args.partitions, args.grid,
-                                                args.sbor_max, None))
+                                                args.sbor_max, None, theta=args.theta))
     if args.only in (None, "real"):
         print("Real data (Table 2 sizes), 5 equal-frequency classes for continuous targets")
         for name in args.real:
@@ -145,7 +146,7 @@ def main(argv=None):
             centres = args.n_centres if meta["n_train"] > 10000 else None
             out["real"].append(run_setting(meta["label"], np.asarray(ds.X, float), np.asarray(y),
                                            meta["n_train"], args.real_partitions, args.grid, args.sbor_max,
-                                           centres, paper=meta))
+                                           centres, paper=meta, theta=args.theta))
     out["peak_rss_mb"] = peak_rss_mb()
 
     print("\n| data | N train | parts | theta | MAE (mean +- sd) | RV | fit s (run) | first call s | paper MAE / RV / s |")
