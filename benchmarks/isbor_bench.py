@@ -86,6 +86,8 @@ def run_setting(name, X, y, n_train, partitions, grid, sbor_max, n_centres, seed
         row = dict(partition=p, n_train=n_train, theta=theta, mae=mae, n_rv=len(model.relevance_indices_),
                    n_iter=model.n_iter_, status=model.status_, time_first=first, time_run=again,
                    n_pruned=model.n_pruned_)
+        print(f"  {name} N={n_train} part {p}: ISBOR MAE {mae:.4f}  RV {row['n_rv']}  iters {row['n_iter']}  "
+              f"status {row['status']}  fit {again:.2f}s (first call {first:.2f}s)", flush=True)
         if p == 0 and n_train <= sbor_max:
             sb = SBOR(theta=theta, random_state=p)
             s_first = timed_fit(sb, Xtr, ytr)
@@ -94,11 +96,10 @@ def run_setting(name, X, y, n_train, partitions, grid, sbor_max, n_centres, seed
                                                      - sb._encode_y(yte, len(yte))))),
                        sbor_n_rv=len(sb.relevance_indices_), sbor_time_first=s_first, sbor_time_run=s_run,
                        sbor_n_iter=sb.n_iter_, speedup_vs_sbor=s_run / again)
+            print(f"  {name} N={n_train} part {p}: SBOR MAE {row['sbor_mae']:.4f}  RV {row['sbor_n_rv']}  "
+                  f"fit {s_run:.2f}s (first call {s_first:.2f}s) -> ISBOR {row['speedup_vs_sbor']:.1f}x faster",
+                  flush=True)
         rows.append(row)
-        print(f"  {name} N={n_train} part {p}: MAE {mae:.4f}  RV {row['n_rv']}  iters {row['n_iter']}  "
-              f"status {row['status']}  fit {again:.2f}s (first call {first:.2f}s)"
-              + (f"  | SBOR MAE {row['sbor_mae']:.4f} RV {row['sbor_n_rv']} fit {row['sbor_time_run']:.2f}s "
-                 f"-> ISBOR {row['speedup_vs_sbor']:.1f}x faster" if "sbor_mae" in row else ""), flush=True)
     maes = np.array([r["mae"] for r in rows])
     summary = dict(name=name, n_train=n_train, partitions=partitions, theta=theta, theta_scores=scores,
                    theta_selection_time=sel_time, mae_mean=float(maes.mean()), mae_std=float(maes.std()),
