@@ -1,0 +1,277 @@
+"""ISBOR/SBOR numerics against independent dense references (tiny data, float64).
+
+All ISBOR fits here share one configuration and shape so they compile once.
+"""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.stats import norm
+
+from bayesord._basis import kernel_matrix
+from bayesord._isbor import (
+    Action,
+    ISBORConfig,
+    ISBORResult,
+    _gains,
+    candidate_stats,
+    evidence_grad,
+    fit_isbor,
+    fit_sbor,
+    predict_isbor,
+)
+from bayesord._laplace import laplace_log_evidence, newton_map
+from bayesord._likelihood import ordinal_terms
+from bayesord._status import Status
+from bayesord._thresholds import params_from_thresholds, thresholds_from_params
+
+N, K, CAP, THETA = 60, 3, 16, 1.0
+CONFIG = ISBORConfig(n_classes=K, capacity=CAP, max_iter=60, block_size=N, cache_basis=True)
+
+
+def tiny_data(seed=0, n=N):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-2, 2, size=(n, 2))
+    f = np.sin(1.5 * X[:, 0]) + 0.5 * X[:, 1] + rng.normal(0, 0.2, n)
+    y = np.digitize(f, np.quantile(f, [1 / 3, 2 / 3])).astype(np.int32)
+    return X, y
+
+
+def run_isbor(X, y, weights=None, key=0, theta=THETA, config=CONFIG):
+    n = X.shape[0]
+    w = np.ones(n) if weights is None else weights
+    return fit_isbor(jnp.asarray(X), jnp.asarray(y, jnp.int32), jnp.asarray(w), jnp.arange(n, dtype=jnp.int32),
+                     jnp.ones(n, bool), jax.random.PRNGKey(key), theta, config=config,
+                     min_delta=1e-2)  # passed as the estimator passes it: one compiled version
+
+
+@pytest.fixture(scope="module")
+def data():
+    return tiny_data()
+
+
+@pytest.fixture(scope="module")
+def fitted(data):
+    X, y = data
+    return run_isbor(X, y)
+
+
+@pytest.fixture(scope="module")
+def state(data):
+    """A hand-made active set (4 centres) at its Laplace point, with H and t_hat."""
+    X, y = data
+    act = np.array([0, 7, 19, 33])
+    Phi = np.asarray(kernel_matrix(X, X[act], THETA))
+    alpha = np.array([0.5, 2.0, 1.0, 0.3])
+    b, sigma = jnp.array([-0.4, 0.5]), 1.0
+    res = newton_map(jnp.asarray(Phi), jnp.asarray(y), jnp.ones(N), b, sigma, jnp.asarray(alpha),
+                     jnp.zeros(4), 1e-13)
+    t = ordinal_terms(jnp.asarray(Phi) @ res.w, jnp.asarray(y), b, sigma)
+    H, g = -np.asarray(t.d_ff), np.asarray(t.d_f)
+    f = Phi @ np.asarray(res.w)
+    return dict(act=act, Phi=Phi, alpha=alpha, b=b, sigma=sigma, res=res, H=H, g=g, f=f,
+                t_hat=f + g / H, K_all=np.asarray(kernel_matrix(X, X, THETA)))
+
+
+def _stats(st, block=20):
+    K_all = jnp.asarray(st["K_all"])
+    cols = lambda s: jax.lax.dynamic_slice_in_dim(K_all, s, block, axis=1)
+    Ht = st["H"] * st["f"] + st["g"]
+    return candidate_stats(cols, jnp.asarray(st["Phi"]), st["res"].chol, jnp.asarray(st["H"]),
+                           jnp.asarray(Ht), N, block)
+
+
+def _log_gauss_evidence(C, t):
+    _, logdet = np.linalg.slogdet(C)
+    return -0.5 * (logdet + t @ np.linalg.solve(C, t))
+
+
+def test_fast_S_Q_equal_direct_C_inverse(state):
+    S, Q = _stats(state)
+    Phi, alpha, H, K_all = state["Phi"], state["alpha"], state["H"], state["K_all"]
+    C = np.diag(1 / H) + Phi @ np.diag(1 / alpha) @ Phi.T
+    Cinv = np.linalg.inv(C)
+    np.testing.assert_allclose(S, np.einsum("nj,nm,mj->j", K_all, Cinv, K_all), rtol=1e-7)
+    np.testing.assert_allclose(Q, K_all.T @ Cinv @ state["t_hat"], rtol=1e-7, atol=1e-9)
+    # s_j = phi_j^T C_{-j}^{-1} phi_j for an active j equals alpha S/(alpha - S) (Section 4.3)
+    for k, j in enumerate(state["act"]):
+        keep = np.arange(4) != k
+        C_minus = np.diag(1 / H) + Phi[:, keep] @ np.diag(1 / alpha[keep]) @ Phi[:, keep].T
+        s_direct = K_all[:, j] @ np.linalg.solve(C_minus, K_all[:, j])
+        q_direct = K_all[:, j] @ np.linalg.solve(C_minus, state["t_hat"])
+        a = alpha[k]
+        np.testing.assert_allclose(a * S[j] / (a - S[j]), s_direct, rtol=1e-6)
+        np.testing.assert_allclose(a * Q[j] / (a - S[j]), q_direct, rtol=1e-6)
+
+
+def test_gains_equal_brute_force_evidence_change(state):
+    """Eq. (20) changes equal log N(t_hat | 0, C) differences computed densely."""
+    S, Q = _stats(state)
+    slot_of = np.full(N, -1)
+    slot_of[state["act"]] = np.arange(4)
+    alpha_buf = np.ones(CAP)
+    alpha_buf[:4] = state["alpha"]
+    gain, action, a_new = _gains(S, Q, jnp.asarray(slot_of), jnp.asarray(alpha_buf), jnp.ones(N, bool), 4)
+    gain, action, a_new = map(np.asarray, (gain, action, a_new))
+    Phi, alpha, H, K_all, t = state["Phi"], state["alpha"], state["H"], state["K_all"], state["t_hat"]
+    base = np.diag(1 / H) + Phi @ np.diag(1 / alpha) @ Phi.T
+    e0 = _log_gauss_evidence(base, t)
+    checked = {a: 0 for a in (Action.ADD, Action.REESTIMATE, Action.DELETE)}
+    for j in range(N):
+        if action[j] == Action.NONE:
+            continue
+        phi = K_all[:, j:j + 1]
+        if action[j] == Action.ADD:
+            C = base + phi @ phi.T / a_new[j]
+        else:
+            k = slot_of[j]
+            inv_new = 0.0 if action[j] == Action.DELETE else 1 / a_new[j]
+            C = base + (inv_new - 1 / alpha[k]) * phi @ phi.T
+        np.testing.assert_allclose(gain[j], _log_gauss_evidence(C, t) - e0, rtol=1e-5, atol=1e-8)
+        checked[Action(action[j])] += 1
+    assert checked[Action.ADD] > 0 and checked[Action.REESTIMATE] + checked[Action.DELETE] > 0
+
+
+def test_masked_buffer_equals_sliced(state, data):
+    X, y = data
+    Phi, alpha = state["Phi"], state["alpha"]
+    pad = np.concatenate([Phi[:, :2], np.zeros((N, 3)), Phi[:, 2:]], axis=1)
+    alpha_pad = np.concatenate([alpha[:2], np.ones(3), alpha[2:]])
+    args = (jnp.asarray(y), jnp.ones(N), state["b"], state["sigma"])
+    r_pad = newton_map(jnp.asarray(pad), *args, jnp.asarray(alpha_pad), jnp.zeros(7), 1e-13)
+    r = state["res"]
+    np.testing.assert_allclose(np.asarray(r_pad.w)[[0, 1, 5, 6]], r.w, rtol=1e-9, atol=1e-12)
+    np.testing.assert_array_equal(np.asarray(r_pad.w)[2:5], 0.0)
+    np.testing.assert_allclose(laplace_log_evidence(r_pad.log_post, r_pad.chol, jnp.asarray(alpha_pad)),
+                               laplace_log_evidence(r.log_post, r.chol, jnp.asarray(alpha)), rtol=1e-12)
+    # predictions from a masked result equal those from the sliced posterior
+    mask = np.array([1, 1, 0, 0, 0, 1, 1], bool)
+    rows = np.array([0, 7, -1, -1, -1, 19, 33])
+    centres = np.where(mask[:, None], X[np.maximum(rows, 0)], 0.0)
+    res = ISBORResult(jnp.asarray(rows), jnp.asarray(mask), jnp.asarray(centres), r_pad.w, r_pad.chol,
+                      jnp.asarray(alpha_pad), state["b"], jnp.asarray(1.0), jnp.asarray(THETA),
+                      *(jnp.zeros(()),) * 9)
+    Xt = np.random.default_rng(5).uniform(-2, 2, size=(9, 2))
+    p = predict_isbor(res, jnp.asarray(Xt))
+    Pt = np.asarray(kernel_matrix(Xt, X[state["act"]], THETA))
+    L = np.asarray(r.chol)
+    Sigma = np.linalg.inv(L @ L.T)
+    np.testing.assert_allclose(p.latent_mean, Pt @ np.asarray(r.w), rtol=1e-9)
+    np.testing.assert_allclose(p.latent_var, np.einsum("ni,ij,nj->n", Pt, Sigma, Pt), rtol=1e-7)
+
+
+def test_incremental_fit_equals_full_laplace_on_its_active_set(fitted, data):
+    X, y = data
+    r = fitted
+    assert bool(r.converged) and int(r.status) == Status.SUCCESS
+    mask = np.asarray(r.mask)
+    assert 3 <= int(r.n_active) == mask.sum() <= CAP
+    rows = np.asarray(r.relevance_index)[mask]
+    Phi = kernel_matrix(X, X[rows], THETA)
+    alpha = jnp.asarray(np.asarray(r.alpha)[mask])
+    ref = newton_map(Phi, jnp.asarray(y), jnp.ones(N), r.b, r.sigma, alpha, jnp.zeros(mask.sum()), 1e-13)
+    np.testing.assert_allclose(np.asarray(r.w)[mask], ref.w, rtol=1e-6, atol=1e-8)
+    np.testing.assert_array_equal(np.asarray(r.w)[~mask], 0.0)
+    np.testing.assert_allclose(r.log_evidence, laplace_log_evidence(ref.log_post, ref.chol, alpha), rtol=1e-8)
+
+
+def test_evidence_never_decreases_across_iterations(fitted):
+    n = int(fitted.n_iter)
+    trace = np.asarray(fitted.evidence_trace)[: n + 1]
+    assert np.all(np.isfinite(trace)) and np.all(np.isnan(np.asarray(fitted.evidence_trace)[n + 1:]))
+    assert np.all(np.diff(trace) >= -1e-9 * (1 + np.abs(trace[1:])))
+    assert trace[-1] == pytest.approx(float(fitted.log_evidence))
+    acts = np.asarray(fitted.action_trace)[:n]
+    assert (acts == Action.ADD).sum() >= 1
+    idx = np.asarray(fitted.index_trace)[:n]
+    assert np.all((idx >= 0) == (acts != Action.NONE))
+
+
+def test_evidence_gradient_matches_finite_differences(state, data):
+    X, y = data
+    Phi, alpha = jnp.asarray(state["Phi"]), jnp.asarray(state["alpha"])
+    yj = jnp.asarray(y)
+
+    def evidence(eta):
+        b, sigma = thresholds_from_params(eta[:-1]), jnp.exp(eta[-1])
+        r = newton_map(Phi, yj, jnp.ones(N), b, sigma, alpha, jnp.zeros(4), 1e-14)
+        return float(laplace_log_evidence(r.log_post, r.chol, alpha)), r
+
+    eta = jnp.concatenate([params_from_thresholds(state["b"]), jnp.zeros(1)])
+    _, r = evidence(eta)
+    g = np.asarray(jax.jit(evidence_grad)(r.w, r.chol, eta, Phi, yj, jnp.ones(N), alpha))
+    h = 1e-5
+    fd = [(evidence(eta.at[i].add(h))[0] - evidence(eta.at[i].add(-h))[0]) / (2 * h) for i in range(3)]
+    np.testing.assert_allclose(g, fd, rtol=1e-5, atol=1e-6)
+
+
+def test_predictive_probabilities_match_quadrature(fitted):
+    Xt = np.random.default_rng(7).uniform(-2.5, 2.5, size=(6, 2))
+    p = predict_isbor(fitted, jnp.asarray(Xt))
+    proba = np.asarray(p.proba)
+    assert np.all(proba >= 0) and np.allclose(proba.sum(1), 1.0, atol=1e-12)
+    np.testing.assert_allclose(np.exp(p.log_proba), proba, rtol=1e-12)
+    b, s = np.concatenate([[-np.inf], np.asarray(fitted.b), [np.inf]]), float(fitted.sigma)
+    for i in range(len(Xt)):
+        m, v = float(p.latent_mean[i]), float(p.latent_var[i])
+        f = np.linspace(m - 12 * np.sqrt(v), m + 12 * np.sqrt(v), 20001)
+        dens = norm.pdf(f, m, np.sqrt(v))
+        pk = norm.cdf((b[1:, None] - f) / s) - norm.cdf((b[:-1, None] - f) / s)
+        mean_ref = np.trapezoid(pk * dens, f, axis=1)
+        std_ref = np.sqrt(np.maximum(np.trapezoid(pk**2 * dens, f, axis=1) - mean_ref**2, 0))
+        np.testing.assert_allclose(proba[i], mean_ref, atol=1e-7)
+        np.testing.assert_allclose(p.proba_std[i], std_ref, atol=2e-5)
+    labels = np.asarray(p.labels)
+    np.testing.assert_array_equal(labels, (np.asarray(p.latent_mean)[:, None] > np.asarray(fitted.b)).sum(1))
+
+
+def test_zero_weight_rows_are_ignored(data):
+    """A zero-weight row changes nothing but may not become a relevance vector."""
+    X, y = data
+    w = np.ones(N)
+    w[::4] = 0.0
+    r = run_isbor(X, y, weights=w)
+    rows = np.asarray(r.relevance_index)[np.asarray(r.mask)]
+    assert np.all(w[rows] > 0)
+    assert np.isfinite(float(r.log_evidence))
+
+
+@pytest.mark.slow
+def test_vmap_over_theta_equals_loop(data):
+    X, y = data
+    thetas = jnp.array([0.3, 2.0])
+    batched = jax.vmap(lambda t: run_isbor(X, y, theta=t))(thetas)
+    for i, t in enumerate([0.3, 2.0]):
+        single = run_isbor(X, y, theta=t)
+        np.testing.assert_allclose(batched.log_evidence[i], single.log_evidence, rtol=1e-8)
+        assert int(batched.n_active[i]) == int(single.n_active)
+
+
+@pytest.mark.slow
+def test_capacity_reached_is_a_status_not_a_crash(data):
+    X, y = data
+    r = run_isbor(X, y, config=ISBORConfig(n_classes=K, capacity=K, max_iter=60, block_size=N))
+    assert int(r.status) == Status.CAPACITY_REACHED and not bool(r.converged)
+    assert int(r.n_active) == K
+
+
+@pytest.mark.slow
+def test_sbor_is_sparse_and_agrees_with_isbor(data, fitted):
+    X, y = data
+    r = fit_sbor(jnp.asarray(X), jnp.asarray(y), jnp.ones(N), jnp.arange(N), jnp.ones(N, bool), THETA,
+                 config=dataclasses.replace(CONFIG, max_iter=200))
+    assert int(r.status) in (Status.SUCCESS, Status.MAX_ITER)
+    assert int(r.n_active) < N // 2 and int(r.n_pruned) == N - int(r.n_active)
+    Xt, yt = tiny_data(seed=3, n=400)
+    acc_s = np.mean(np.asarray(predict_isbor(r, jnp.asarray(Xt)).labels) == yt)
+    acc_i = np.mean(np.asarray(predict_isbor(fitted, jnp.asarray(Xt)).labels) == yt)
+    assert acc_s > 0.7 and acc_i > 0.7
+    assert abs(acc_s - acc_i) < 0.1
+
+
+def test_config_rejects_capacity_below_classes():
+    with pytest.raises(ValueError, match="capacity"):
+        ISBORConfig(n_classes=4, capacity=3)

@@ -1,0 +1,136 @@
+"""ISBOR/SBOR estimators: labels, outputs, bad input, status warnings.
+
+The default-run fits reuse the shapes and configuration of tests/test_isbor.py (N=60,
+K=3, capacity 16) so the compiled solver is shared.
+"""
+
+import numpy as np
+import pytest
+from sklearn.exceptions import ConvergenceWarning
+
+from bayesord.estimators._isbor import ISBOR, SBOR
+
+from test_isbor import N, tiny_data  # tests/ is on sys.path (pytest prepend import mode)
+
+
+def small_model(**kw):
+    params = dict(theta=1.0, capacity=16, max_iter=60, random_state=0)
+    params.update(kw)
+    return ISBOR(**params)
+
+
+@pytest.fixture(scope="module")
+def data():
+    return tiny_data()
+
+
+@pytest.fixture(scope="module")
+def model(data):
+    X, y = data
+    labels = np.array(["low", "mid", "high"])[y]
+    return small_model().fit(X, labels, classes=["low", "mid", "high"])
+
+
+def test_labels_outputs_and_attributes(model, data):
+    X, y = data
+    pred = model.predict(X)
+    assert set(pred) <= {"low", "mid", "high"}
+    order = {"low": 0, "mid": 1, "high": 2}
+    assert np.mean([order[p] for p in pred] == y) > 0.8
+    proba = model.predict_proba(X)
+    assert proba.shape == (N, 3) and np.all(proba >= 0) and np.allclose(proba.sum(1), 1)
+    assert model.predict_proba_std(X).shape == (N, 3)
+    mean, var = model.predict_latent(X)
+    assert np.all(var > 0) and np.allclose(model.decision_function(X), mean)
+    m = len(model.relevance_indices_)
+    assert model.coef_.shape == (m,) and model.coef_cov_.shape == (m, m) and model.alpha_.shape == (m,)
+    np.testing.assert_allclose(model.coef_cov_, model.coef_cov_.T)
+    assert np.all(np.linalg.eigvalsh(model.coef_cov_) > 0)
+    np.testing.assert_array_equal(model.relevance_vectors_, X[model.relevance_indices_])
+    assert np.all(np.diff(model.thresholds_) > 0) and model.sigma_ > 0
+    assert model.converged_ and model.n_iter_ == len(model.actions_) == len(model.evidence_trace_) - 1
+    assert "add" in model.actions_
+    assert model.score(X, np.array(["low", "mid", "high"])[y]) == pytest.approx(
+        -np.mean(np.abs(np.array([order[p] for p in pred]) - y)))
+
+
+def test_monotone_relabelling_gives_same_fit(model, data):
+    X, y = data
+    other = small_model().fit(X, 10 * y + 5)
+    np.testing.assert_allclose(other.log_evidence_, model.log_evidence_, rtol=1e-10)
+    order = {"low": 0, "mid": 1, "high": 2}
+    np.testing.assert_array_equal(other.predict(X), [10 * order[p] + 5 for p in model.predict(X)])
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(theta=0.0), "positive finite"),
+    (dict(theta=-1.0), "positive finite"),
+    (dict(theta=float("nan")), "positive finite"),
+    (dict(theta=float("inf")), "positive finite"),
+    (dict(theta="wide"), "'auto'"),
+    (dict(theta="auto", theta_grid=(1.0, -2.0)), "theta_grid"),
+    (dict(capacity=2), "capacity"),
+    (dict(kernel="laplace"), "kernel"),
+    (dict(max_iter=0), "max_iter"),
+    (dict(n_centres=2), "n_centres"),
+    (dict(theta_selection="loo"), "theta_selection"),
+])
+def test_bad_parameters_raise(data, kw, match):
+    X, y = data
+    with pytest.raises(ValueError, match=match):
+        small_model(**kw).fit(X, y)
+
+
+def test_bad_data_raise(data):
+    X, y = data
+    with pytest.raises(ValueError, match="square"):
+        small_model(kernel="precomputed").fit(np.ones((N, N - 1)), y)
+    Xb = np.ones((N, N))
+    Xb[3, 4] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        small_model(kernel="precomputed").fit(Xb, y)
+    with pytest.raises(ValueError):
+        small_model().fit(X[:2], [0, 1], classes=[0, 1, 2])
+    with pytest.raises(ValueError, match="NaN"):
+        small_model().fit(np.where(np.arange(N)[:, None] == 5, np.nan, X), y)
+    with pytest.raises(ValueError, match="different lengths"):
+        small_model().fit(X, y[:-1])
+
+
+def test_predict_rejects_wrong_features(model, data):
+    X, _ = data
+    with pytest.raises(ValueError):
+        model.predict(X[:, :1])
+
+
+@pytest.mark.slow
+def test_capacity_hit_warns(data):
+    X, y = data
+    with pytest.warns(ConvergenceWarning, match="full"):
+        m = small_model(capacity=3).fit(X, y)
+    assert len(m.relevance_indices_) == 3 and not m.converged_
+
+
+@pytest.mark.slow
+def test_theta_auto_by_evidence_and_cv(data):
+    X, y = data
+    ev = small_model(theta="auto", theta_grid=(0.1, 1.0, 10.0)).fit(X, y)
+    assert ev.theta_ in (0.1, 1.0, 10.0) and ev.theta_grid_scores_.shape == (3,)
+    assert ev.theta_ == (0.1, 1.0, 10.0)[int(np.argmax(ev.theta_grid_scores_))]
+    cv = small_model(theta="auto", theta_grid=(0.1, 1.0), theta_selection="cv", cv=3).fit(X, y)
+    assert cv.theta_ in (0.1, 1.0) and np.all(cv.theta_grid_scores_ <= 0)
+
+
+@pytest.mark.slow
+def test_sbor_estimator_and_precomputed_basis(data):
+    X, y = data
+    sb = SBOR(theta=1.0).fit(X, y)
+    assert 3 <= len(sb.relevance_indices_) < N
+    assert sb.score(X, y) > -0.3
+    from bayesord._basis import kernel_matrix
+
+    B = np.asarray(kernel_matrix(X, X, 1.0))
+    pre = small_model(kernel="precomputed").fit(B, y)
+    ref = small_model().fit(X, y)
+    np.testing.assert_allclose(pre.log_evidence_, ref.log_evidence_, rtol=1e-8)
+    np.testing.assert_array_equal(pre.relevance_indices_, ref.relevance_indices_)
