@@ -6,6 +6,7 @@ estimators on top.  The library never enables JAX's float64 mode itself; call
 """
 
 from . import calibration, datasets, diagnostics, metrics
+from ._isbor import ISBORConfig, ISBORPrediction, ISBORResult, fit_isbor, fit_sbor, predict_isbor
 from ._npsvor import NPSVORConfig, NPSVORResult, cv_npsvor, fit_npsvor, predict_r_new, predict_r_old
 from ._perceptron import (
     KernelPerceptronResult,
@@ -35,11 +36,13 @@ from ._status import Status
 from ._tor import TORConfig, TORResult, fit_tor
 from .diagnostics import to_inference_data
 from .estimators import (
+    ISBOR,
     NPSVOR,
     CuSumRank,
     OrdinalProbit,
     PRank,
     RedSVM,
+    SBOR,
     SwappedPairsSVM,
     TransductiveOrdinalRegression,
 )
@@ -48,6 +51,10 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CuSumRank",
+    "ISBOR",
+    "ISBORConfig",
+    "ISBORPrediction",
+    "ISBORResult",
     "KernelPerceptronResult",
     "NPSVOR",
     "NPSVORConfig",
@@ -63,6 +70,7 @@ __all__ = [
     "RedSVM",
     "RedSVMConfig",
     "RedSVMResult",
+    "SBOR",
     "RankPairsResult",
     "Status",
     "TORConfig",
@@ -72,15 +80,18 @@ __all__ = [
     "class_prob_bands",
     "cv_npsvor",
     "datasets",
+    "fit_isbor",
     "fit_kernel_perceptron",
     "fit_npsvor",
     "fit_perceptron",
     "fit_probit",
     "fit_rankpairs_kernel",
+    "fit_sbor",
     "fit_rankpairs_linear",
     "fit_redsvm",
     "fit_tor",
     "metrics",
+    "predict_isbor",
     "predict_probit",
     "predict_r_new",
     "predict_r_old",

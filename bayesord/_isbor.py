@@ -664,7 +664,9 @@ def predict_isbor(result: ISBORResult, X, *, kernel="rbf", degree=2, link="probi
         result: a fitted :class:`ISBORResult`.
         X: new inputs (n, d), or for ``kernel="precomputed"`` their basis values against
             every training column, (n, N).
-        kernel, degree, link: as in the fit's :class:`ISBORConfig`.
+        kernel: the basis kernel of the fit's :class:`ISBORConfig`.
+        degree: the polynomial degree of the fit's :class:`ISBORConfig`.
+        link: the link of the fit's :class:`ISBORConfig`.
 
     Returns:
         :class:`ISBORPrediction`.

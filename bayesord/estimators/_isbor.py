@@ -235,9 +235,24 @@ class ISBOR(_SparseBayesOrdinal):
         random_state: seed for the initial one-per-class draw and the subsets.
 
     Attributes:
-        relevance_indices_, relevance_vectors_, coef_, coef_cov_, alpha_, thresholds_,
-        sigma_, theta_, log_evidence_, evidence_trace_, actions_, n_iter_, converged_,
-        status_, n_pruned_, classes_, theta_grid_scores_ (when ``theta="auto"``), result_.
+        relevance_indices_: training-row indices of the relevance vectors.
+        relevance_vectors_: the relevance vectors (rows of X).
+        coef_: posterior mean of their weights.
+        coef_cov_: posterior covariance of their weights.
+        alpha_: their prior precisions.
+        thresholds_: the ordered thresholds.
+        sigma_: the noise scale.
+        theta_: the kernel width used.
+        log_evidence_: Laplace log evidence at the end.
+        evidence_trace_: log evidence after each iteration.
+        actions_: the action taken each iteration (add, re-estimate, delete, ...).
+        n_iter_: iterations of Algorithm 1.
+        converged_: whether the evidence change fell below ``min_delta``.
+        status_: the solver's status code.
+        n_pruned_: relevance vectors pruned for a numerically huge alpha.
+        classes_: the ordered labels.
+        theta_grid_scores_: score of each grid value (when ``theta="auto"``).
+        result_: the functional :class:`bayesord._isbor.ISBORResult`.
     """
 
     _solver_name = "ISBOR"
