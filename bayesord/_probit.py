@@ -244,8 +244,23 @@ def _fit_evidence(X, y, weights, alpha0, rtol, joint, config, n_classes):
     eta0 = jnp.concatenate([params_from_thresholds(joint.b),
                             jnp.log(alpha_start[:n_alpha])]).astype(dtype)
     w_warm = jax.lax.stop_gradient(joint.w)
+    # Precondition: the evidence is O(n) times more curved along the thresholds than along
+    # log(alpha).  Optimise z with eta = eta0 + P z, where P's threshold block is the
+    # Cholesky factor of the joint fit's threshold covariance (mapped to log-gap space by the
+    # delta method), so one unit of z is about one posterior sd.
+    k1 = n_classes - 1
+    J = thresholds_jacobian(eta0[:k1])
+    Jinv = jnp.linalg.solve(J, jnp.eye(k1, dtype=dtype))
+    cov_theta = Jinv @ chol_inverse(joint.chol)[d:, d:] @ Jinv.T
+    L_theta, ok_theta = safe_cholesky(cov_theta)
+    L_theta = jnp.where(ok_theta, L_theta, jnp.eye(k1, dtype=dtype))
+    P = jax.scipy.linalg.block_diag(L_theta, jnp.eye(n_alpha, dtype=dtype))
+
+    def neg_evidence_z(z, w_start):
+        return neg_evidence(eta0 + P @ z, w_start)
+
     # Each evaluation warm-starts the inner Newton solve at the last accepted MAP.
-    value_and_grad = jax.value_and_grad(neg_evidence, has_aux=True)
+    value_and_grad = jax.value_and_grad(neg_evidence_z, has_aux=True)
     # L-BFGS directions from optax; the step is accepted or halved here (Armijo), so the
     # evidence (and its inner Newton solve) is traced once, which keeps compile time low.
     opt = optax.lbfgs(learning_rate=1.0, linesearch=None)
@@ -266,8 +281,9 @@ def _fit_evidence(X, y, weights, alpha0, rtol, joint, config, n_classes):
             lambda a, r: jnp.where(accept, a, r),
             (trial, v_new, g_new, upd, state_new, inner_new),
             (eta, val, grad, direction, state, inner))
-        # Halve the step after a rejection; fall back to steepest descent when halving stalls.
-        t = jnp.where(accept, 1.0, 0.5 * t)
+        # A new direction starts with a step of at most 1 in every coordinate (about one
+        # posterior sd of the thresholds, one e-fold of alpha).  Halve the step after a rejection; fall back to steepest descent when halving stalls.
+        t = jnp.where(accept, jnp.minimum(1.0, 1.0 / jnp.max(jnp.abs(direction))), 0.5 * t)
         stalled = t < 1e-10
         direction = jnp.where(stalled, -grad / (1.0 + jnp.linalg.norm(grad)), direction)
         t = jnp.where(stalled, 1.0, t)
@@ -277,10 +293,10 @@ def _fit_evidence(X, y, weights, alpha0, rtol, joint, config, n_classes):
     # The first pass evaluates eta0 (accepted against +inf) and takes the first direction.
     zeros = jnp.zeros_like(eta0)
     inner0 = (w_warm, jnp.zeros((), bool), jnp.asarray(Status.SUCCESS, jnp.int32))
-    init = (eta0, jnp.asarray(jnp.inf, dtype), zeros, zeros, jnp.ones((), dtype), opt.init(eta0),
+    init = (zeros, jnp.asarray(jnp.inf, dtype), zeros, zeros, jnp.ones((), dtype), opt.init(zeros),
             inner0, jnp.zeros((), jnp.int32), jnp.zeros((), bool))
-    eta, last, _, _, _, _, inner, n_iter, done = jax.lax.while_loop(cond, body, init)
-    b, alpha = unpack(eta)
+    z, last, _, _, _, _, inner, n_iter, done = jax.lax.while_loop(cond, body, init)
+    b, alpha = unpack(eta0 + P @ z)
     w, inner_ok, inner_status = inner
     log_post, loglik, L, chol_ok = laplace_at(w, X, y, weights, b, sigma, alpha, link)
     log_ev = laplace_log_evidence(log_post, L, alpha)
@@ -288,7 +304,6 @@ def _fit_evidence(X, y, weights, alpha0, rtol, joint, config, n_classes):
     status = jnp.where(inner_status != Status.SUCCESS, inner_status, status)
     status = jnp.where(chol_ok, status, Status.NOT_POSITIVE_DEFINITE)
     status = jnp.where(jnp.isfinite(log_ev) & jnp.isfinite(last), status, Status.NONFINITE)
-    k1 = n_classes - 1
     return ProbitResult(
         coef=w, coef_cov=chol_inverse(L), thresholds=b,
         thresholds_cov=jnp.zeros((k1, k1), dtype), cross_cov=jnp.zeros((d, k1), dtype),
