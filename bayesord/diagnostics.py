@@ -87,8 +87,10 @@ class LaplacePosterior(NamedTuple):
 def laplace_posterior(model, **kwargs) -> LaplacePosterior:
     """The :class:`LaplacePosterior` of a fitted Bayesian model.
 
-    Registered for :class:`bayesord.OrdinalProbit` and
-    :class:`bayesord.ProbitResult`; other models register their own.
+    Registered for :class:`bayesord.OrdinalProbit`, :class:`bayesord.ProbitResult`,
+    :class:`bayesord.ISBOR` and :class:`bayesord.SBOR` (weights over the relevance
+    vectors; thresholds, sigma and alpha as type-II ML point estimates); other models
+    register their own.
 
     Raises:
         TypeError: the model has no posterior (margin models: SVMs, perceptrons).
@@ -166,6 +168,48 @@ def _register_estimators():
 
 
 _register_estimators()
+
+
+def _register_sparse_bayes():
+    """ISBOR / SBOR: the Laplace posterior over the relevance-vector weights."""
+    from ._basis import kernel_matrix
+    from .estimators._isbor import _SparseBayesOrdinal
+
+    @laplace_posterior.register(_SparseBayesOrdinal)
+    def _(model, **kwargs):
+        from sklearn.utils.validation import check_is_fitted
+
+        check_is_fitted(model, "result_")
+        res, config = model.result_, model._config_
+        mask = np.asarray(res.mask)
+        centres = jnp.asarray(np.asarray(res.centres)[mask])
+        columns = jnp.asarray(model.relevance_indices_)
+        theta = res.theta
+
+        def log_probs(params, X):
+            if config.kernel == "precomputed":
+                Phi = jnp.take(X, columns, axis=1)
+            else:
+                Phi = kernel_matrix(X, centres, theta, config.kernel, config.degree)
+            f = Phi @ params["weights"]
+            return log_class_probs(f, jnp.broadcast_to(params["sigma"], f.shape),
+                                   params["thresholds"], config.link)
+
+        cls = [str(c) for c in model.classes_]
+        coords = {"relevance_vector": [int(i) for i in model.relevance_indices_],
+                  "cut": [f"{cls[k]}|{cls[k + 1]}" for k in range(len(cls) - 1)]}
+        dims = {"weights": ("relevance_vector",), "alpha": ("relevance_vector",),
+                "thresholds": ("cut",), "sigma": ()}
+        fixed = {"thresholds": np.asarray(model.thresholds_, dtype=np.float64),
+                 "sigma": np.asarray(model.sigma_, dtype=np.float64),
+                 "alpha": np.asarray(model.alpha_, dtype=np.float64)}
+        return LaplacePosterior(type(model).__name__, np.asarray(model.coef_, dtype=np.float64),
+                                np.asarray(model.coef_cov_, dtype=np.float64),
+                                lambda flat: {"weights": flat}, fixed, dims, coords, log_probs,
+                                np.asarray(model.classes_))
+
+
+_register_sparse_bayes()
 
 
 def _as_key(key):

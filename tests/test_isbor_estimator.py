@@ -134,3 +134,26 @@ def test_sbor_estimator_and_precomputed_basis(data):
     ref = small_model().fit(X, y)
     np.testing.assert_allclose(pre.log_evidence_, ref.log_evidence_, rtol=1e-8)
     np.testing.assert_array_equal(pre.relevance_indices_, ref.relevance_indices_)
+
+
+def test_to_inference_data_for_isbor(model, data):
+    """Posterior draws over the relevance-vector weights; log-likelihood vs NumPy/SciPy."""
+    import arviz as az
+    from scipy.stats import norm
+
+    from bayesord.diagnostics import to_inference_data
+
+    X, y = data
+    labels = np.array(["low", "mid", "high"])[y]
+    idata = to_inference_data(model, X, labels, draws=200, chains=2)
+    w = idata.posterior["weights"].values.reshape(-1, len(model.coef_))
+    assert list(idata.posterior["weights"].dims[2:]) == ["relevance_vector"]
+    np.testing.assert_allclose(w.mean(axis=0), model.coef_, atol=4 * np.sqrt(np.diag(model.coef_cov_).max() / 400))
+    # Independent pointwise log-likelihood for the first draw.
+    d2 = ((X[:, None, :] - model.relevance_vectors_[None, :, :]) ** 2).sum(-1)
+    f = np.exp(-model.theta_ * d2) @ w[0]
+    b = np.concatenate([[-np.inf], model.thresholds_, [np.inf]])
+    ref = np.log(norm.cdf((b[y + 1] - f) / model.sigma_) - norm.cdf((b[y] - f) / model.sigma_))
+    got = idata.log_likelihood["y"].values.reshape(-1, len(y))[0]
+    np.testing.assert_allclose(got, ref, rtol=1e-8, atol=1e-10)
+    assert np.isfinite(az.loo(idata).elpd_loo)

@@ -166,6 +166,15 @@ class _SparseBayesOrdinal(OrdinalEstimator):
         self.status_ = int(res.status)
         self.n_pruned_ = int(res.n_pruned)
 
+    def to_inference_data(self, X, y, **kwargs):
+        """ArviZ ``InferenceData`` over the relevance-vector weights.
+
+        See :func:`bayesord.diagnostics.to_inference_data`.
+        """
+        from ..diagnostics import to_inference_data
+
+        return to_inference_data(self, X, y, **kwargs)
+
     def _predict_raw(self, X):
         check_is_fitted(self, "result_")
         X = self._validate_predict(X)
