@@ -59,24 +59,22 @@ def _check_link(link: str) -> None:
 def _log_ndtr(z):
     """``log Phi(z)``, accurate over the whole line and cheaper than ``jax.scipy``'s version.
 
-    Three regimes (all finite inputs): ``log1p(-Phi(-z))`` for ``z >= 0``;
-    ``log(erfc(-z/sqrt 2)/2)`` down to where erfc nears underflow; below that the
-    asymptotic series ``log phi(z) - log(-z) + log(1 - 1/z^2 + 3/z^4 - 15/z^6 + 105/z^8)``,
-    whose truncation error (``945/z^10``) is below the dtype's precision there.
+    One ``erfc`` per element, ``e = erfc(|z|/sqrt 2)``, serves two regimes:
+    ``log1p(-e/2)`` for ``z >= 0`` and ``log(e/2)`` for ``z < 0`` down to where ``e`` nears
+    underflow; below that the asymptotic series
+    ``log phi(z) - log(-z) + log(1 - 1/z^2 + 3/z^4 - 15/z^6 + 105/z^8)``, whose truncation
+    error (``945/z^10``) is below the dtype's precision there.
     """
     cut = -37.0 if z.dtype == jnp.float64 else -9.0
-    inv_sqrt2 = 0.7071067811865476
     upper = z >= 0
-    middle = (z < 0) & (z > cut)
-    z_up = jnp.where(upper, z, 0.0)
-    z_mid = jnp.where(middle, z, -1.0)
-    z_low = jnp.where(upper | middle, cut - 1.0, z)
-    up = jnp.log1p(-0.5 * jax.lax.erfc(z_up * inv_sqrt2))
-    mid = jnp.log(0.5 * jax.lax.erfc(-z_mid * inv_sqrt2))
+    low = z <= cut
+    half_e = 0.5 * jax.lax.erfc(jnp.abs(jnp.where(low, 0.0, z)) * 0.7071067811865476)
+    z_low = jnp.where(low, z, cut)
     r = 1.0 / (z_low * z_low)
     series = 1.0 + r * (-1.0 + r * (3.0 + r * (-15.0 + r * 105.0)))
-    low = -0.5 * z_low * z_low - _LOG_SQRT_2PI - jnp.log(-z_low) + jnp.log(series)
-    return jnp.where(upper, up, jnp.where(middle, mid, low))
+    tail = -0.5 * z_low * z_low - _LOG_SQRT_2PI - jnp.log(-z_low * series ** -1.0)
+    lower = jnp.log(jnp.where(upper, 1.0, half_e))  # half_e underflows for large z >= 0
+    return jnp.where(upper, jnp.log1p(-half_e), jnp.where(low, tail, lower))
 
 
 def log_cdf(z, link: str = "probit"):
