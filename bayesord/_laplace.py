@@ -73,6 +73,16 @@ def _precision(Phi, weights, d_ff, alpha):
     return (Phi * h[:, None]).T @ Phi + jnp.diag(alpha)
 
 
+def _gram(Phi_t, h, extra):
+    """``Phi^T [diag(h) Phi, E]`` from the sample-major ``Phi_t = Phi^T`` (m, n) and ``E^T``.
+
+    ``extra`` holds the rows of ``E^T`` (shape (e, n)); the result is (m, m + e).  Both
+    operands of the one matrix product run along the samples contiguously, which on CPU is
+    faster than contracting the long axis of a row-major ``Phi``.
+    """
+    return Phi_t @ jnp.concatenate([Phi_t * h[None, :], extra], axis=0).T
+
+
 def _log_post(w, Phi, y, weights, b, sigma, alpha, link):
     f = Phi @ w
     return ordinal_loglik(f, y, b, sigma, link, weights) - 0.5 * jnp.sum(alpha * w * w)
@@ -83,40 +93,48 @@ def _termination(decrement, value, rtol):
     return 0.5 * decrement <= rtol * (1.0 + jnp.abs(value))
 
 
-def _line_search(objective, x, step, value, slope):
-    """Backtracking (Armijo) from the full Newton step; returns (t, ok).
+def _line_search(evaluate, x, step, value, aux, slope, skip):
+    """Backtracking (Armijo) from the full Newton step.
 
     The loop starts at ``t = 2`` with a failing value, so its first pass tries ``t = 1``
-    and the objective is traced once.
+    and ``evaluate`` is traced once; ``skip`` (the solver is stopping anyway) runs no pass.
+    Returns ``(t, ok, value, aux)`` at the accepted point (the inputs' ``value, aux`` when
+    none is accepted).
     """
 
     def accepted(t, new_val):
         return jnp.isfinite(new_val) & (new_val >= value + _ARMIJO * t * slope)
 
     def cond(c):
-        t, new_val, k = c
+        t, new_val, _, k = c
         return ~accepted(t, new_val) & (k <= _MAX_HALVINGS)
 
     def body(c):
-        t, _, k = c
+        t, _, _, k = c
         t = 0.5 * t
-        return t, objective(x + t * step), k + 1
+        new_val, new_aux = evaluate(x + t * step)
+        return t, new_val, new_aux, k + 1
 
-    init = (jnp.asarray(2.0, value.dtype), jnp.asarray(-jnp.inf, value.dtype), 0)
-    t, new_val, _ = jax.lax.while_loop(cond, body, init)
-    return t, accepted(t, new_val)
+    init = (jnp.asarray(2.0, value.dtype), jnp.asarray(-jnp.inf, value.dtype), aux,
+            jnp.where(skip, _MAX_HALVINGS + 1, 0))
+    t, new_val, new_aux, _ = jax.lax.while_loop(cond, body, init)
+    ok = accepted(t, new_val)
+    keep = lambda new, old: jnp.where(ok, new, old)
+    return t, ok, keep(new_val, value), jax.tree_util.tree_map(keep, new_aux, aux)
 
 
-def _newton(derivatives, objective, x0, rtol, max_iter):
+def _newton(evaluate, derivatives, x0, rtol, max_iter):
     """Damped Newton ascent shared by the MAP solvers.
 
-    ``derivatives(x) -> (value, grad, precision)`` with ``precision`` the negative
-    Hessian; ``objective(x)`` the value alone (``-inf`` where x is infeasible).  Each pass
-    evaluates the derivatives at the current point.  Once the Newton decrement meets the
-    tolerance, one more (polishing) step is taken and the loop ends after evaluating the
-    derivatives there: the quadratic convergence of that last step makes ``x`` accurate
-    enough for implicit differentiation, and the returned Cholesky factor belongs to the
-    returned point.
+    ``evaluate(x) -> (value, aux)`` gives the objective (``-inf`` where x is infeasible)
+    and whatever per-sample quantities the derivatives need (the likelihood terms);
+    ``derivatives(x, aux) -> (grad, precision)`` with ``precision`` the negative Hessian.
+    The line search evaluates trial points, and the accepted point's ``aux`` is carried to
+    the next pass, so each Newton pass costs one evaluation plus the matrix products.
+    Once the Newton decrement meets the tolerance, one more (polishing) step is taken and
+    the loop ends after forming the derivatives there: the quadratic convergence of that
+    last step makes ``x`` accurate enough for implicit differentiation, and the returned
+    Cholesky factor belongs to the returned point.
 
     Returns:
         (x, value, chol, n_iter, converged, status).
@@ -124,33 +142,37 @@ def _newton(derivatives, objective, x0, rtol, max_iter):
     dtype = x0.dtype
 
     def cond(c):
-        return ~c[4]
+        return ~c[5]
 
     def body(c):
-        x, _, _, it, _, _, pending = c
-        value, grad, prec = derivatives(x)
+        x, value, aux, _, it, _, _, pending = c
+        grad, prec = derivatives(x, aux)
         L, ok = safe_cholesky(prec)
         step = chol_solve(L, grad)
         decrement = grad @ step
         finite = jnp.isfinite(value) & jnp.all(jnp.isfinite(grad))
         finished = _termination(decrement, value, rtol)
         capped = it >= max_iter
-        t, ls_ok = _line_search(objective, x, step, value, decrement)
-        stop = pending | ~finite | ~ok | capped | ~ls_ok
+        stopping = pending | ~finite | ~ok | capped
+        t, ls_ok, new_value, new_aux = _line_search(evaluate, x, step, value, aux, decrement,
+                                                    stopping)
+        stop = stopping | ~ls_ok
         status = jnp.where(
             ~finite, Status.NONFINITE,
             jnp.where(~ok, Status.NOT_POSITIVE_DEFINITE,
                       jnp.where(pending | finished, Status.SUCCESS,
                                 jnp.where(capped, Status.MAX_ITER,
                                           jnp.where(ls_ok, Status.SUCCESS, Status.LINESEARCH_FAILED)))))
-        x_new = jnp.where(stop, x, x + t * step)
-        return (x_new, value, L, it + (~stop).astype(jnp.int32), stop, status.astype(jnp.int32),
-                finished & ~stop)
+        keep = lambda new, old: jnp.where(stop, old, new)
+        return (keep(x + t * step, x), keep(new_value, value),
+                jax.tree_util.tree_map(keep, new_aux, aux), L, it + (~stop).astype(jnp.int32),
+                stop, status.astype(jnp.int32), finished & ~stop)
 
     n = x0.shape[0]
-    init = (x0, jnp.zeros((), dtype), jnp.eye(n, dtype=dtype), jnp.zeros((), jnp.int32),
+    value0, aux0 = evaluate(x0)
+    init = (x0, value0, aux0, jnp.eye(n, dtype=dtype), jnp.zeros((), jnp.int32),
             jnp.zeros((), bool), jnp.asarray(Status.SUCCESS, jnp.int32), jnp.zeros((), bool))
-    x, value, L, n_iter, _, status, _ = jax.lax.while_loop(cond, body, init)
+    x, value, _, L, n_iter, _, status, _ = jax.lax.while_loop(cond, body, init)
     return x, value, L, n_iter, status == Status.SUCCESS, status
 
 
@@ -173,14 +195,18 @@ def newton_map(Phi, y, weights, b, sigma, alpha, w0, rtol, *, link="probit", max
     Returns:
         :class:`NewtonResult`.
     """
-    def derivatives(w):
-        t = ordinal_terms(Phi @ w, y, b, sigma, link)
-        value = jnp.sum(weights * t.logp) - 0.5 * jnp.sum(alpha * w * w)
-        grad = Phi.T @ (weights * t.d_f) - alpha * w
-        return value, grad, _precision(Phi, weights, t.d_ff, alpha)
+    m = Phi.shape[1]
+    Phi_t = Phi.T  # materialised once, outside the Newton loop (see _gram)
 
-    objective = lambda w: _log_post(w, Phi, y, weights, b, sigma, alpha, link)
-    w, value, L, n_iter, converged, status = _newton(derivatives, objective, w0.astype(Phi.dtype),
+    def evaluate(w):
+        t = ordinal_terms(w @ Phi_t, y, b, sigma, link)
+        return jnp.sum(weights * t.logp) - 0.5 * jnp.sum(alpha * w * w), t
+
+    def derivatives(w, t):
+        rows = _gram(Phi_t, -weights * t.d_ff, (weights * t.d_f)[None, :])
+        return rows[:, m] - alpha * w, rows[:, :m] + jnp.diag(alpha)
+
+    w, value, L, n_iter, converged, status = _newton(evaluate, derivatives, w0.astype(Phi.dtype),
                                                      rtol, max_iter)
     return NewtonResult(w=w, chol=L, log_post=value, loglik=value + 0.5 * jnp.sum(alpha * w * w),
                         n_iter=n_iter, converged=converged, status=status)
@@ -264,26 +290,32 @@ class JointResult(NamedTuple):
     """A :class:`bayesord._status.Status` code."""
 
 
-def _joint_derivatives(Phi, y, weights, w, b, sigma, alpha, link):
-    """Gradient and negative Hessian of the joint log posterior over (w, b)."""
-    n_thr = b.shape[0]
-    t = ordinal_terms(Phi @ w, y, b, sigma, link)
+def _joint_derivatives(Phi_t, y, weights, t, w, n_thr, alpha):
+    """Gradient and negative Hessian of the joint log posterior over (w, b).
+
+    ``t`` are the per-sample :class:`OrdinalTerms` at ``(Phi w, b)`` with ``n_thr``
+    thresholds and ``Phi_t = Phi^T``.  The rows for ``w`` (``Phi^T H Phi``, the cross block
+    with the thresholds and the gradient) come from one matrix product (:func:`_gram`); the
+    threshold block from segment sums over the classes.
+    """
+    m = Phi_t.shape[0]
     lo_idx = jnp.where(y >= 1, y - 1, n_thr)  # index n_thr collects the (zero) infinite ends
     hi_idx = jnp.where(y <= n_thr - 1, y, n_thr)
     seg = lambda v, idx: jax.ops.segment_sum(weights * v, idx, num_segments=n_thr + 1)[:n_thr]
-    g_w = Phi.T @ (weights * t.d_f) - alpha * w
+    k = jnp.arange(n_thr)[:, None]
+    cross = (jnp.where(lo_idx[None, :] == k, weights * t.d_flo, 0.0)
+             + jnp.where(hi_idx[None, :] == k, weights * t.d_fhi, 0.0))
+    rows = _gram(Phi_t, weights * t.d_ff, jnp.concatenate([cross, (weights * t.d_f)[None, :]]))
+    h_ww = rows[:, :m] - jnp.diag(alpha)
+    h_wb = rows[:, m:m + n_thr]
+    g_w = rows[:, -1] - alpha * w
     g_b = seg(t.d_lo, lo_idx) + seg(t.d_hi, hi_idx)
-    onehot_lo = jax.nn.one_hot(lo_idx, n_thr + 1, dtype=Phi.dtype)[:, :n_thr]
-    onehot_hi = jax.nn.one_hot(hi_idx, n_thr + 1, dtype=Phi.dtype)[:, :n_thr]
-    M = onehot_lo * (weights * t.d_flo)[:, None] + onehot_hi * (weights * t.d_fhi)[:, None]
-    h_ww = (Phi * (weights * t.d_ff)[:, None]).T @ Phi - jnp.diag(alpha)
-    h_wb = Phi.T @ M
     diag_b = seg(t.d_lolo, lo_idx) + seg(t.d_hihi, hi_idx)
     # d_lohi couples thresholds y-1 and y of the classes strictly inside.
     off = seg(jnp.where((y >= 1) & (y <= n_thr - 1), t.d_lohi, 0.0), lo_idx)[: n_thr - 1]
     h_bb = jnp.diag(diag_b) + jnp.diag(off, 1) + jnp.diag(off, -1)
     hess = jnp.block([[h_ww, h_wb], [h_wb.T, h_bb]])
-    return jnp.concatenate([g_w, g_b]), -hess, jnp.sum(weights * t.logp)
+    return jnp.concatenate([g_w, g_b]), -hess
 
 
 @partial(jax.jit, static_argnames=("link", "max_iter"))
@@ -302,18 +334,20 @@ def newton_map_joint(Phi, y, weights, b0, sigma, alpha, w0, rtol, *, link="probi
     """
     m = Phi.shape[1]
 
-    def objective(x):
-        w, b = x[:m], x[m:]
-        ordered = jnp.all(jnp.diff(b) > 0)
-        val = _log_post(w, Phi, y, weights, b, sigma, alpha, link)
-        return jnp.where(ordered, val, -jnp.inf)
+    n_thr = b0.shape[0]
+    Phi_t = Phi.T  # materialised once, outside the Newton loop (see _gram)
 
-    def derivatives(x):
-        grad, prec, loglik = _joint_derivatives(Phi, y, weights, x[:m], x[m:], sigma, alpha, link)
-        return loglik - 0.5 * jnp.sum(alpha * x[:m] ** 2), grad, prec
+    def evaluate(x):
+        w, b = x[:m], x[m:]
+        t = ordinal_terms(w @ Phi_t, y, b, sigma, link)
+        value = jnp.sum(weights * t.logp) - 0.5 * jnp.sum(alpha * w * w)
+        return jnp.where(jnp.all(jnp.diff(b) > 0), value, -jnp.inf), t
+
+    def derivatives(x, t):
+        return _joint_derivatives(Phi_t, y, weights, t, x[:m], n_thr, alpha)
 
     x0 = jnp.concatenate([w0, b0]).astype(Phi.dtype)
-    x, value, L, n_iter, converged, status = _newton(derivatives, objective, x0, rtol, max_iter)
+    x, value, L, n_iter, converged, status = _newton(evaluate, derivatives, x0, rtol, max_iter)
     loglik = value + 0.5 * jnp.sum(alpha * x[:m] ** 2)
     return JointResult(w=x[:m], b=x[m:], chol=L, log_post=value, loglik=loglik,
                        n_iter=n_iter, converged=converged, status=status)
