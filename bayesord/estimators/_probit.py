@@ -40,7 +40,8 @@ class OrdinalProbit(OrdinalEstimator):
             Laplace evidence (type-II ML); "joint": thresholds estimated with ``w`` for the
             fixed ``alpha`` given (``alpha=0`` is maximum likelihood).
         alpha: prior precision (scalar, or one per feature with ``prior="ard"``): the
-            starting value in "evidence" mode, the fixed value in "joint" mode.
+            fixed value in "joint" mode; in "evidence" mode the prior of the joint fit that
+            starts the search (its MacKay update is the first alpha).
         prior: "gaussian" or "ard".
         link: "probit" (default) or "logit".
         tol: relative tolerance of the solvers; default 1e-10 in float64, 1e-5 in float32.
