@@ -58,10 +58,11 @@ not depend on what else is in the batch.
 
 Sparse data
 -----------
-Rows are stored in padded-row (ELL) form, :class:`EllMatrix`: ``indices`` and ``values`` of
-shape (n, m) with m the largest number of non-zeros in a row (padding has value 0 and
-index 0).  Memory is n * m * (itemsize + 4) bytes; a dense matrix becomes m = d.  One
-coordinate step gathers and scatters one padded row per problem.
+Rows are stored in padded-row (ELL) form, :class:`bayesord._sparse.PaddedRows` from
+:func:`bayesord._sparse.to_padded_rows` (with ``bias=`` for the constant column): ``indices``
+and ``values`` of shape (n, m) with m the largest number of non-zeros in a row (padding has
+value 0 and index 0).  Memory is n * m * (itemsize + 4) bytes; a dense matrix becomes m = d.
+One coordinate step gathers and scatters one padded row per problem.
 """
 
 from __future__ import annotations
@@ -72,18 +73,16 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-import scipy.sparse as sp
 from jax import lax
 
 import warnings
 
+from ._sparse import PaddedRows, row_dots
 from ._status import Status
 
 __all__ = [
-    "EllMatrix",
     "NPSVORConfig",
     "NPSVORResult",
-    "to_ell",
     "rank_problems",
     "fit_npsvor",
     "fit_npsvor_problems",
@@ -95,17 +94,6 @@ __all__ = [
 ]
 
 SOLVERS = ("dcd1", "dcd2", "block")
-
-
-class EllMatrix(NamedTuple):
-    """Padded-row (ELL) sparse matrix, built on the host by :func:`to_ell`."""
-
-    indices: jax.Array
-    """(n, m) int32 column indices; padding entries are 0."""
-    values: jax.Array
-    """(n, m) floating values; padding entries are 0."""
-    sq_norms: jax.Array
-    """(n,) squared row norms A_i = x_i'x_i (Eq. 10)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,48 +158,6 @@ class NPSVORResult(NamedTuple):
 
 
 # --------------------------------------------------------------------------- host helpers
-
-
-def to_ell(X, *, bias: float | None = None, dtype=None) -> EllMatrix:
-    """Convert a dense array or scipy.sparse matrix to padded-row form (host side).
-
-    A CSR matrix is canonicalised on a copy first: duplicate entries are summed and indices
-    sorted, so duplicates are never mis-read.  Explicit zeros are kept as padding-like
-    entries (harmless).
-
-    Args:
-        X: (n, d) dense array or scipy.sparse matrix.
-        bias: when given, a constant column with this value is appended (index d).
-        dtype: floating dtype of the values (default: float64 if X64 is on, else float32).
-
-    Returns:
-        :class:`EllMatrix` with m = max non-zeros per row (+1 with a bias), at least 1.
-    """
-    if dtype is None:
-        dtype = np.float64 if jax.config.read("jax_enable_x64") else np.float32
-    if sp.issparse(X):
-        Xc = sp.csr_matrix(X, copy=True)
-        Xc.sum_duplicates()
-        Xc.sort_indices()
-        n, d = Xc.shape
-        lengths = np.diff(Xc.indptr)
-        m = max(int(lengths.max(initial=0)), 1)
-        cols = np.arange(m)[None, :]
-        mask = cols < lengths[:, None]
-        idx = np.zeros((n, m), dtype=np.int32)
-        val = np.zeros((n, m), dtype=dtype)
-        idx[mask] = Xc.indices
-        val[mask] = Xc.data
-    else:
-        arr = np.asarray(X, dtype=dtype)
-        n, d = arr.shape
-        idx = np.broadcast_to(np.arange(d, dtype=np.int32), (n, d)).copy()
-        val = arr.copy()
-    if bias is not None:
-        idx = np.concatenate([idx, np.full((n, 1), d, dtype=np.int32)], axis=1)
-        val = np.concatenate([val, np.full((n, 1), bias, dtype=dtype)], axis=1)
-    sq = np.einsum("ij,ij->i", val, val)
-    return EllMatrix(jnp.asarray(idx), jnp.asarray(val), jnp.asarray(sq))
 
 
 def rank_problems(codes, n_classes: int, C1, C2, sample_weight=None):
@@ -357,7 +303,7 @@ def _line_search(d, alpha, B, lin, soft, eps, a):
 
 def _objectives(w, alpha_v, vars_, X, in_I, ytilde, upper, eps, n):
     """Primal (4) and dual (6)/(20) objectives of one problem (unbatched)."""
-    wx = jnp.sum(X.values * w[X.indices], axis=1)
+    wx = row_dots(X, w)
     hinge = jnp.maximum(1.0 - ytilde * wx, 0.0)
     tube = jnp.maximum(jnp.abs(wx) - eps, 0.0)
     half_ww = 0.5 * jnp.dot(w, w)
@@ -367,12 +313,13 @@ def _objectives(w, alpha_v, vars_, X, in_I, ytilde, upper, eps, n):
     return primal, dual
 
 
-def fit_npsvor_problems(X: EllMatrix, ytilde, in_I, upper, eps, tol, key,
+def fit_npsvor_problems(X: PaddedRows, ytilde, in_I, upper, eps, tol, key,
                         config: NPSVORConfig) -> NPSVORResult:
     """Solve a flat batch of NPSVOR rank problems that share the data.
 
     Args:
-        X: (n, m) padded rows (:func:`to_ell`); a bias column, if any, is already in X.
+        X: (n, m) padded rows (:func:`~bayesord._sparse.to_padded_rows`); a bias column, if
+            any, is already in X.
         ytilde: (P, n) yt_ki in {-1, +1} (use :func:`rank_problems`).
         in_I: (P, n) bool, membership of I_k.
         upper: (P, n) per-row upper bounds (C1 or C2 times the row weight); 0 removes a row.
@@ -512,7 +459,7 @@ def _solve(X, ytilde, in_I, upper, eps, tol, key, config):
 _fit_problems = jax.jit(_solve, static_argnames=("config",))
 
 
-def fit_npsvor(X: EllMatrix, codes, n_classes: int, C1, C2, eps, tol, key,
+def fit_npsvor(X: PaddedRows, codes, n_classes: int, C1, C2, eps, tol, key,
                config: NPSVORConfig, sample_weight=None) -> NPSVORResult:
     """Fit all p rank hyperplanes of linear NPSVOR (Eq. 4), for one or a grid of settings.
 
@@ -521,7 +468,8 @@ def fit_npsvor(X: EllMatrix, codes, n_classes: int, C1, C2, eps, tol, key,
     are solved in one compiled call.
 
     Args:
-        X: :class:`EllMatrix` from :func:`to_ell` (with the bias column if wanted).
+        X: :class:`~bayesord._sparse.PaddedRows` from
+            :func:`~bayesord._sparse.to_padded_rows` (with the bias column if wanted).
         codes: (n,) int labels 0..p-1.
         n_classes: p (static).
         C1: positive penalty for the rows of I_k, scalar or shape S.
@@ -537,7 +485,8 @@ def fit_npsvor(X: EllMatrix, codes, n_classes: int, C1, C2, eps, tol, key,
 
     Example:
         >>> import jax, numpy as np
-        >>> X = to_ell(np.random.default_rng(0).normal(size=(30, 4)), bias=1.0)
+        >>> from bayesord._sparse import to_padded_rows
+        >>> X = to_padded_rows(np.random.default_rng(0).normal(size=(30, 4)), bias=1.0)
         >>> codes = np.repeat([0, 1, 2], 10)
         >>> res = fit_npsvor(X, codes, 3, 1.0, 1.0, 0.1, 0.1, jax.random.key(0),
         ...                  NPSVORConfig(n_features=5))
@@ -558,7 +507,7 @@ def fit_npsvor(X: EllMatrix, codes, n_classes: int, C1, C2, eps, tol, key,
 
 
 @jax.jit
-def decision_values(coef, X: EllMatrix):
+def decision_values(coef, X: PaddedRows):
     """f_k(x) = w_k'x for every row and rank.
 
     Args:
@@ -568,7 +517,7 @@ def decision_values(coef, X: EllMatrix):
     Returns:
         (n, p) decision values.
     """
-    return jnp.einsum("nm,nmp->np", X.values, coef.T[X.indices])
+    return row_dots(X, coef)
 
 
 @jax.jit
@@ -622,7 +571,7 @@ _fold_maes = jax.jit(
     static_argnames=("predictor",))
 
 
-def cv_npsvor(X: EllMatrix, codes, n_classes: int, Cs, n_folds: int, eps, tol, key,
+def cv_npsvor(X: PaddedRows, codes, n_classes: int, Cs, n_folds: int, eps, tol, key,
               config: NPSVORConfig, *, sample_weight=None, folds=None, predictor="new",
               seed: int = 0, one_call: bool = True) -> CVResult:
     """K-fold cross-validation of C (C1 = C2 = C) by validation MAE, all fits in one call.
@@ -633,7 +582,7 @@ def cv_npsvor(X: EllMatrix, codes, n_classes: int, Cs, n_folds: int, eps, tol, k
     empty I_k, which is well defined.
 
     Args:
-        X: :class:`EllMatrix` (as for :func:`fit_npsvor`).
+        X: :class:`~bayesord._sparse.PaddedRows` (as for :func:`fit_npsvor`).
         codes: (n,) int labels 0..p-1.
         n_classes: p (static).
         eps: epsilon of the insensitive zone.

@@ -34,10 +34,11 @@ carries a coefficient ``A[i, k]`` and ``a_k(x) = sum_i A[i, k] K(x_i, x) - b_k``
 adds ``c_k`` to ``A[t, k]`` on the same range.  With the linear kernel it reproduces the
 primal fit exactly.
 
-Sparse rows use a padded-row (ELL) layout built on the host from CSR: ``indices`` and
-``values`` of shape (n, m) with m the largest number of non-zeros in a row (padding entries
-point at column 0 with value 0).  Memory is ``n * m * (4 + itemsize)`` bytes; a single
-dense row makes m = d, so check :func:`ell_from_csr`'s padding ratio on skewed data.
+Sparse rows use the padded-row (ELL) layout :class:`bayesord._sparse.PaddedRows`, built on
+the host from CSR by :func:`bayesord._sparse.to_padded_rows`: ``indices`` and ``values`` of
+shape (n, m) with m the largest number of non-zeros in a row (padding entries point at
+column 0 with value 0).  Memory is ``n * m * (4 + itemsize)`` bytes; a single dense row
+makes m = d, so check :func:`bayesord._sparse.padding_ratio` on skewed data.
 
 Functions:
     fit_perceptron, fit_kernel_perceptron: jitted online training (epochs as a
@@ -54,19 +55,17 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
+from ._sparse import PaddedRows, row_axpy, row_dot, row_dots, row_sq_norms
 from ._status import Status
 
 __all__ = [
-    "EllMatrix",
     "PerceptronConfig",
     "PerceptronHyper",
     "PerceptronState",
     "PerceptronResult",
     "KernelPerceptronState",
     "KernelPerceptronResult",
-    "ell_from_csr",
     "make_hyper",
     "init_state",
     "fit_perceptron",
@@ -152,36 +151,6 @@ def make_hyper(dtype=None, *, delta=1.0, margin=0.0, gamma=1.0, coef0=1.0, degre
     return PerceptronHyper(*(jnp.asarray(v, dtype) for v in (delta, margin, gamma, coef0, degree)))
 
 
-class EllMatrix(NamedTuple):
-    """Sparse rows in padded (ELL) layout: row i is ``sum_j values[i, j] e_{indices[i, j]}``."""
-
-    indices: jax.Array
-    """(n, m) int32 column indices; padding entries are 0."""
-    values: jax.Array
-    """(n, m) values; padding entries are 0."""
-
-
-def ell_from_csr(X, dtype=np.float64) -> tuple[EllMatrix, float]:
-    """Convert a scipy.sparse CSR matrix to :class:`EllMatrix` on the host.
-
-    Returns:
-        (ell, padding_ratio): the padded rows and m * n / nnz (1.0 = no padding waste).
-        Memory is n * m * (4 + itemsize) bytes with m the largest row length.
-    """
-    X = X.tocsr()
-    n = X.shape[0]
-    lengths = np.diff(X.indptr)
-    m = max(int(lengths.max(initial=0)), 1)
-    idx = np.zeros((n, m), np.int32)
-    val = np.zeros((n, m), dtype)
-    rows = np.repeat(np.arange(n), lengths)
-    cols = np.arange(X.nnz) - np.repeat(X.indptr[:-1], lengths)
-    idx[rows, cols] = X.indices
-    val[rows, cols] = X.data
-    ratio = n * m / max(X.nnz, 1)
-    return EllMatrix(jnp.asarray(idx), jnp.asarray(val)), ratio
-
-
 class PerceptronState(NamedTuple):
     """Online state of a primal model; feed it back to continue training (partial_fit)."""
 
@@ -260,41 +229,6 @@ class KernelPerceptronResult(NamedTuple):
     """int32 status code."""
 
 
-# ---------------------------------------------------------------------------------------
-# Row access: dense rows are arrays, sparse rows are (indices, values) pairs.
-
-
-def _row(X, i):
-    if isinstance(X, EllMatrix):
-        return (X.indices[i], X.values[i])
-    return X[i]
-
-
-def _dot(coef, row):
-    """coef (q, d) times one row -> (q,)."""
-    if isinstance(row, tuple):
-        idx, val = row
-        return coef[:, idx] @ val
-    return coef @ row
-
-
-def _add_outer(coef, c, row):
-    """coef + c[:, None] * row for one row (sparse rows scatter into their columns)."""
-    if isinstance(row, tuple):
-        idx, val = row
-        return coef.at[:, idx].add(c[:, None] * val[None, :])
-    return coef + c[:, None] * row[None, :]
-
-
-def _sqnorm(row):
-    v = row[1] if isinstance(row, tuple) else row
-    return v @ v
-
-
-def _n_rows(X):
-    return X.indices.shape[0] if isinstance(X, EllMatrix) else X.shape[0]
-
-
 def init_state(config: PerceptronConfig, n_features: int, dtype=None) -> PerceptronState:
     """All-zero primal state (Fig. 1: w_k <- 0)."""
     dtype = dtype or jnp.result_type(float)
@@ -359,9 +293,54 @@ def _step_coefficients(inc, y, weight, xnorm2, hyper, config):
     return c, y_plain, ok
 
 
-def _epoch_loop(carry0, run_epoch, config):
-    """Epochs as a while loop: carry = (state, epoch, mistakes, abs_error, updates)."""
+def _online_step(st, inc, y, weight, xnorm2, hyper, config, add):
+    """One online step of either model once its increments a_k(x) are known (Fig. 1-2, 5).
+
+    Args:
+        st: :class:`PerceptronState` or :class:`KernelPerceptronState` (the same field
+            order: weights, thresholds, their averaging accumulators, n_steps).
+        inc, y, weight, xnorm2: as for :func:`_step_coefficients`.
+        add: ``add(W, dW)`` applies a weight update of shape (q,): a scatter of the row into
+            its columns for the primal model, one row of atom counts for the dual model.
+
+    Returns:
+        (new state, (mistake, |y - y_plain|, updated)): the per-row epoch statistics.
+    """
+    weights, thresholds, weights_acc, thresholds_acc, n_steps = st
+    dtype = weights.dtype
+    c, y_plain, ok = _step_coefficients(inc, y, weight, xnorm2, hyper, config)
+    dW = c if config.model == "cusum" else jnp.sum(c, keepdims=True)
+    db = -c if config.fit_intercept else jnp.zeros_like(c)
+    t_prev = n_steps.astype(dtype)
+    if config.averaged:
+        weights_acc = add(weights_acc, t_prev * dW)
+        thresholds_acc = thresholds_acc + t_prev * db
+    new = type(st)(add(weights, dW), thresholds + db, weights_acc, thresholds_acc, n_steps + 1)
+    miss = (y_plain != y).astype(jnp.int32)
+    return new, (miss, jnp.abs(y - y_plain).astype(dtype), ok.astype(jnp.int32))
+
+
+def _train(sample_step, state, key, n, config, unroll=1):
+    """Epochs as a while loop over key-shuffled scans, then averaging and the status.
+
+    Args:
+        sample_step: ``(state, i) -> (state, (mistake, abs_error, updated))`` for row i.
+        state: initial :class:`PerceptronState` or :class:`KernelPerceptronState`.
+        key: PRNG key of the epoch shuffles.
+        n: number of rows.
+        unroll: rows per iteration of the per-epoch scan.
+
+    Returns:
+        (weights, thresholds, state, mistakes, abs_error, updates, n_iter, converged,
+        status): the fields of both result types after their first one.
+    """
     E = config.n_epochs
+    dtype = state[0].dtype
+
+    def run_epoch(st, epoch):
+        order = jax.random.permutation(jax.random.fold_in(key, epoch), n) if config.shuffle else jnp.arange(n)
+        st, (m, e, u) = jax.lax.scan(sample_step, st, order, unroll=unroll)
+        return st, (jnp.sum(m).astype(jnp.int32), jnp.sum(e), jnp.sum(u).astype(jnp.int32))
 
     def cond(carry):
         _, epoch, _, _, upd = carry
@@ -371,70 +350,38 @@ def _epoch_loop(carry0, run_epoch, config):
         return go
 
     def body(carry):
-        state, epoch, mis, err, upd = carry
-        state, (m, e, u) = run_epoch(state, epoch)
-        return state, epoch + 1, mis.at[epoch].set(m), err.at[epoch].set(e), upd.at[epoch].set(u)
+        st, epoch, mis, err, upd = carry
+        st, (m, e, u) = run_epoch(st, epoch)
+        return st, epoch + 1, mis.at[epoch].set(m), err.at[epoch].set(e), upd.at[epoch].set(u)
 
-    return jax.lax.while_loop(cond, body, carry0)
-
-
-def _order(key, epoch, n, config):
-    if config.shuffle:
-        return jax.random.permutation(jax.random.fold_in(key, epoch), n)
-    return jnp.arange(n)
-
-
-def _finish_status(values, epoch, upd, config):
+    carry0 = (state, jnp.zeros((), jnp.int32), jnp.zeros((E,), jnp.int32),
+              jnp.zeros((E,), dtype), jnp.zeros((E,), jnp.int32))
+    state, epoch, mis, err, upd = jax.lax.while_loop(cond, body, carry0)
+    weights, thresholds, weights_acc, thresholds_acc, n_steps = state
+    if config.averaged:  # Collins averaging: avg = W - sum_t (t-1) dW_t / T
+        t = jnp.maximum(n_steps, 1).astype(dtype)
+        weights = weights - weights_acc / t
+        thresholds = thresholds - thresholds_acc / t
     converged = upd[jnp.maximum(epoch - 1, 0)] == 0
-    finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(v)) for v in values]))
+    finite = jnp.all(jnp.isfinite(weights)) & jnp.all(jnp.isfinite(thresholds))
     status = jnp.where(finite, Status.SUCCESS, Status.NONFINITE)
     if config.stop_if_separated:
         status = jnp.where(finite & ~converged, Status.MAX_ITER, status)
-    return converged, status.astype(jnp.int32)
-
-
-def _averaged(cur, acc, n_steps):
-    t = jnp.maximum(n_steps, 1).astype(cur.dtype)
-    return cur - acc / t
+    return weights, thresholds, state, mis, err, upd, epoch, converged, status.astype(jnp.int32)
 
 
 @partial(jax.jit, static_argnames="config")
 def _fit_primal(X, y, sample_weight, key, hyper, state, config):
-    n = _n_rows(X)
-    dtype = state.coef.dtype
+    n = X.shape[0]
+    sq = row_sq_norms(X)
 
     def sample_step(st, i):
-        row = _row(X, i)
-        lin = _dot(st.coef, row)
-        inc = (lin - st.thresholds).at[0].set(0.0)
-        c, y_plain, ok = _step_coefficients(inc, y[i], sample_weight[i], _sqnorm(row), hyper, config)
-        dcoef = c if config.model == "cusum" else jnp.sum(c, keepdims=True)
-        db = -c if config.fit_intercept else jnp.zeros_like(c)
-        t_prev = st.n_steps.astype(dtype)
-        coef = _add_outer(st.coef, dcoef, row)
-        coef_acc = _add_outer(st.coef_acc, t_prev * dcoef, row) if config.averaged else st.coef_acc
-        thr = st.thresholds + db
-        thr_acc = st.thresholds_acc + t_prev * db if config.averaged else st.thresholds_acc
-        new = PerceptronState(coef, thr, coef_acc, thr_acc, st.n_steps + 1)
-        miss = (y_plain != y[i]).astype(jnp.int32)
-        return new, (miss, jnp.abs(y[i] - y_plain).astype(dtype), ok.astype(jnp.int32))
+        inc = (row_dot(X, i, st.coef) - st.thresholds).at[0].set(0.0)
+        return _online_step(st, inc, y[i], sample_weight[i], sq[i], hyper, config,
+                            lambda W, dW: row_axpy(X, i, W, dW))
 
-    def run_epoch(st, epoch):
-        unroll = _UNROLL if n >= _UNROLL_MIN_ROWS else 1
-        st, (m, e, u) = jax.lax.scan(sample_step, st, _order(key, epoch, n, config), unroll=unroll)
-        return st, (jnp.sum(m).astype(jnp.int32), jnp.sum(e), jnp.sum(u).astype(jnp.int32))
-
-    E = config.n_epochs
-    carry0 = (state, jnp.zeros((), jnp.int32), jnp.zeros((E,), jnp.int32),
-              jnp.zeros((E,), dtype), jnp.zeros((E,), jnp.int32))
-    state, epoch, mis, err, upd = _epoch_loop(carry0, run_epoch, config)
-    if config.averaged:
-        coef = _averaged(state.coef, state.coef_acc, state.n_steps)
-        thr = _averaged(state.thresholds, state.thresholds_acc, state.n_steps)
-    else:
-        coef, thr = state.coef, state.thresholds
-    converged, status = _finish_status((coef, thr), epoch, upd, config)
-    return PerceptronResult(coef, thr, state, mis, err, upd, epoch, converged, status)
+    unroll = _UNROLL if n >= _UNROLL_MIN_ROWS else 1
+    return PerceptronResult(*_train(sample_step, state, key, n, config, unroll))
 
 
 def fit_perceptron(X, y, config: PerceptronConfig, *, sample_weight=None, key=None,
@@ -443,7 +390,7 @@ def fit_perceptron(X, y, config: PerceptronConfig, *, sample_weight=None, key=No
     """Train CuSum Rank or PRank online (Fig. 1 / Fig. 2 / Eq. 13-14), jitted.
 
     Args:
-        X: (n, d) dense rows, or an :class:`EllMatrix` of sparse rows.
+        X: (n, d) dense rows, or :class:`~bayesord._sparse.PaddedRows` of sparse rows.
         y: (n,) int rank codes 0..r-1.
         config: static :class:`PerceptronConfig`.
         sample_weight: (n,) non-negative step scales (None = ones; 0 skips a row).  A
@@ -456,8 +403,8 @@ def fit_perceptron(X, y, config: PerceptronConfig, *, sample_weight=None, key=No
         :class:`PerceptronResult`.
 
     Raises:
-        ValueError: ``config.kernel`` other than "linear", sparse rows without ``state``,
-            ``config.shuffle`` without a key.
+        ValueError: ``config.kernel`` other than "linear", a ``state`` whose feature count
+            is not X's, ``config.shuffle`` without a key.
 
     Example:
         >>> import jax.numpy as jnp
@@ -470,20 +417,17 @@ def fit_perceptron(X, y, config: PerceptronConfig, *, sample_weight=None, key=No
     if config.kernel != "linear":
         raise ValueError(f"fit_perceptron is the primal (linear) model; use fit_kernel_perceptron "
                          f"for kernel={config.kernel!r}")
-    values = X.values if isinstance(X, EllMatrix) else X
-    dtype = values.dtype if jnp.issubdtype(values.dtype, jnp.floating) else jnp.result_type(float)
-    values = jnp.asarray(values, dtype)
-    X = EllMatrix(jnp.asarray(X.indices, jnp.int32), values) if isinstance(X, EllMatrix) else values
-    n = _n_rows(X)
-    if isinstance(X, EllMatrix):
-        n_features = None if state is None else state.coef.shape[1]
-        if n_features is None:
-            raise ValueError("sparse (EllMatrix) input needs an initial state giving n_features; "
-                             "use init_state(config, n_features)")
+    dtype = X.dtype if jnp.issubdtype(X.dtype, jnp.floating) else jnp.result_type(float)
+    if isinstance(X, PaddedRows):
+        X = X._replace(indices=jnp.asarray(X.indices, jnp.int32), values=jnp.asarray(X.values, dtype),
+                       sq_norms=jnp.asarray(X.sq_norms, dtype))
     else:
-        n_features = X.shape[1]
+        X = jnp.asarray(X, dtype)
+    n, n_features = X.shape
     if state is None:
         state = init_state(config, n_features, dtype)
+    elif state.coef.shape[1] != n_features:
+        raise ValueError(f"state has {state.coef.shape[1]} features but X has {n_features}")
     if config.shuffle and key is None:
         raise ValueError("config.shuffle=True needs a PRNG key")
     key = jax.random.PRNGKey(0) if key is None else key
@@ -509,7 +453,6 @@ def kernel_matrix(A, B, hyper: PerceptronHyper, kernel: str):
 @partial(jax.jit, static_argnames="config")
 def _fit_dual(X, y, sample_weight, key, hyper, state, config):
     n = X.shape[0]
-    dtype = X.dtype
 
     def sample_step(st, i):
         x = X[i]
@@ -520,33 +463,10 @@ def _fit_dual(X, y, sample_weight, key, hyper, state, config):
         else:
             lin = jnp.broadcast_to(krow @ st.dual_coef, (config.n_classes,))
         inc = (lin - st.thresholds).at[0].set(0.0)
-        c, y_plain, ok = _step_coefficients(inc, y[i], sample_weight[i], kxx, hyper, config)
-        dA = c if config.model == "cusum" else jnp.sum(c, keepdims=True)
-        db = -c if config.fit_intercept else jnp.zeros_like(c)
-        t_prev = st.n_steps.astype(dtype)
-        A = st.dual_coef.at[i].add(dA)
-        A_acc = st.dual_coef_acc.at[i].add(t_prev * dA) if config.averaged else st.dual_coef_acc
-        thr = st.thresholds + db
-        thr_acc = st.thresholds_acc + t_prev * db if config.averaged else st.thresholds_acc
-        new = KernelPerceptronState(A, thr, A_acc, thr_acc, st.n_steps + 1)
-        miss = (y_plain != y[i]).astype(jnp.int32)
-        return new, (miss, jnp.abs(y[i] - y_plain).astype(dtype), ok.astype(jnp.int32))
+        return _online_step(st, inc, y[i], sample_weight[i], kxx, hyper, config,
+                            lambda A, dA: A.at[i].add(dA))
 
-    def run_epoch(st, epoch):
-        st, (m, e, u) = jax.lax.scan(sample_step, st, _order(key, epoch, n, config))
-        return st, (jnp.sum(m).astype(jnp.int32), jnp.sum(e), jnp.sum(u).astype(jnp.int32))
-
-    E = config.n_epochs
-    carry0 = (state, jnp.zeros((), jnp.int32), jnp.zeros((E,), jnp.int32),
-              jnp.zeros((E,), dtype), jnp.zeros((E,), jnp.int32))
-    state, epoch, mis, err, upd = _epoch_loop(carry0, run_epoch, config)
-    if config.averaged:
-        A = _averaged(state.dual_coef, state.dual_coef_acc, state.n_steps)
-        thr = _averaged(state.thresholds, state.thresholds_acc, state.n_steps)
-    else:
-        A, thr = state.dual_coef, state.thresholds
-    converged, status = _finish_status((A, thr), epoch, upd, config)
-    return KernelPerceptronResult(X, A, thr, state, mis, err, upd, epoch, converged, status)
+    return KernelPerceptronResult(X, *_train(sample_step, state, key, n, config))
 
 
 def fit_kernel_perceptron(X, y, config: PerceptronConfig, *, sample_weight=None, key=None,
@@ -590,12 +510,7 @@ def fit_kernel_perceptron(X, y, config: PerceptronConfig, *, sample_weight=None,
 
 
 def _increments_primal(coef, thresholds, X):
-    if isinstance(X, EllMatrix):
-        # (n, m, q) gathered weights times (n, m) values: O(n m q) memory.
-        lin = jnp.einsum("nmq,nm->nq", coef.T[X.indices], X.values)
-    else:
-        lin = X @ coef.T
-    inc = lin - thresholds[None, :]
+    inc = row_dots(X, coef) - thresholds[None, :]
     return inc.at[:, 0].set(0.0)
 
 
@@ -607,7 +522,8 @@ def _primal_scores(coef, thresholds, X):
 def decision_function(result: PerceptronResult, X):
     """The r cumulative scores s(x, k) = sum_{j<=k} w_j . x_aug (Eq. 10), shape (n, r).
 
-    The first column is 0 (the sentinel w_1 = 0).  ``X`` is dense or an :class:`EllMatrix`.
+    The first column is 0 (the sentinel w_1 = 0).  ``X`` is dense or
+    :class:`~bayesord._sparse.PaddedRows`.
     """
     return _primal_scores(result.coef, result.thresholds, X)
 

@@ -46,8 +46,9 @@ positive definite and equals the perceptron kernel plus terms ``a(x) + a(x')`` t
 under the dual equality constraint, so with the intercept the solution and the decision
 values ``g_k`` are the same as those of Eq. (11) with ``Delta_p = 0``.
 
-Sparse input is held as padded rows (:class:`PaddedRows`, built from scipy CSR on the
-host): each row keeps its nonzeros and is padded with explicit zeros to the longest row.
+Sparse input is held as padded rows (:class:`bayesord._sparse.PaddedRows`, built from scipy
+CSR on the host by :func:`bayesord._sparse.to_padded_rows`): each row keeps its nonzeros and
+is padded with explicit zeros to the longest row.
 """
 
 from __future__ import annotations
@@ -58,16 +59,14 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 
+from ._sparse import PaddedRows, rmatvec, row_axpy, row_dot, row_dots, row_sq_norms
 from ._status import Status
 
 __all__ = [
     "LOSSES",
     "KERNELS",
-    "PaddedRows",
-    "padded_rows_from_csr",
     "RedSVMConfig",
     "RedSVMResult",
     "margin_loss",
@@ -86,87 +85,6 @@ __all__ = [
 
 LOSSES = ("hinge", "squared_hinge", "logistic", "square", "laplacian")
 KERNELS = ("linear", "perceptron", "rbf")
-
-
-# --------------------------------------------------------------------------- data layout
-
-
-@jax.tree_util.register_pytree_node_class
-class PaddedRows:
-    """A sparse matrix stored row by row, padded to the longest row.
-
-    Attributes:
-        indices: (n, r) int32 column indices (padding points at column 0).
-        values: (n, r) values (padding is 0.0, so it contributes nothing).
-        n_features: number of columns (static).
-    """
-
-    def __init__(self, indices, values, n_features: int):
-        self.indices = indices
-        self.values = values
-        self.n_features = int(n_features)
-
-    @property
-    def shape(self):
-        return (self.values.shape[0], self.n_features)
-
-    def tree_flatten(self):
-        return (self.indices, self.values), self.n_features
-
-    @classmethod
-    def tree_unflatten(cls, aux, children):
-        return cls(children[0], children[1], aux)
-
-
-def padded_rows_from_csr(X, dtype=None, multiple: int = 1) -> PaddedRows:
-    """Convert a scipy CSR matrix to :class:`PaddedRows` (host side, no densifying).
-
-    ``multiple`` rounds the padded width up (e.g. 32), so that matrices of similar
-    sparsity share one compiled solver.
-    """
-    X = X.tocsr()
-    n, d = X.shape
-    counts = np.diff(X.indptr)
-    r = max(int(counts.max()) if n else 1, 1)
-    r = -(-r // multiple) * multiple
-    idx = np.zeros((n, r), dtype=np.int32)
-    val = np.zeros((n, r), dtype=dtype or X.dtype)
-    pos = np.arange(X.nnz) - np.repeat(X.indptr[:-1], counts)
-    rows = np.repeat(np.arange(n), counts)
-    idx[rows, pos] = X.indices
-    val[rows, pos] = X.data
-    return PaddedRows(jnp.asarray(idx), jnp.asarray(val), d)
-
-
-def _matvec(X, w):
-    if isinstance(X, PaddedRows):
-        return jnp.sum(X.values * w[X.indices], axis=1)
-    return X @ w
-
-
-def _rmatvec(X, u):
-    if isinstance(X, PaddedRows):
-        contrib = (X.values * u[:, None]).ravel()
-        return jax.ops.segment_sum(contrib, X.indices.ravel(), num_segments=X.n_features)
-    return X.T @ u
-
-
-def _row_sqnorms(X):
-    if isinstance(X, PaddedRows):
-        return jnp.sum(X.values**2, axis=1)
-    return jnp.sum(X**2, axis=1)
-
-
-def _row_dot(X, i, w):
-    if isinstance(X, PaddedRows):
-        return jnp.dot(X.values[i], w[X.indices[i]])
-    return jnp.dot(X[i], w)
-
-
-def _row_axpy(X, i, w, t):
-    if isinstance(X, PaddedRows):
-        return w.at[X.indices[i]].add(t * X.values[i])
-    return w + t * X[i]
 
 
 # --------------------------------------------------------------------------- losses
@@ -315,11 +233,11 @@ class RedSVMResult(NamedTuple):
 
 def _w_theta(X, alpha, s):
     coef = jnp.sum(alpha * s, axis=1)
-    return _rmatvec(X, coef), -jnp.sum(alpha * s, axis=0)
+    return rmatvec(X, coef), -jnp.sum(alpha * s, axis=0)
 
 
 def _primal(X, s, c, w, theta, b, loss):
-    h = _matvec(X, w)
+    h = row_dots(X, w)
     m = s * (h[:, None] - theta[None, :] - b)
     return 0.5 * jnp.dot(w, w) + 0.5 * jnp.dot(theta, theta) + jnp.sum(c[:, None] * margin_loss(m, loss))
 
@@ -364,9 +282,9 @@ def _solve_fixed_b(X, s, c, sq, alpha, b, tol, key, config: RedSVMConfig):
             d = (a_new - a_old) * sk
             return hx + d * sq[i], theta.at[k].add(-d), coef + d, row.at[k].set(a_new)
 
-        inner = (_row_dot(X, i, w), theta, jnp.zeros((), w.dtype), alpha[i])
+        inner = (row_dot(X, i, w), theta, jnp.zeros((), w.dtype), alpha[i])
         _, theta, coef, row = lax.fori_loop(0, km1, coord, inner)
-        return alpha.at[i].set(row), _row_axpy(X, i, w, coef), theta, perm
+        return alpha.at[i].set(row), row_axpy(X, i, w, coef), theta, perm
 
     def gap_of(alpha, w, theta):
         p = _primal(X, s, c, w, theta, b, loss)
@@ -406,7 +324,7 @@ def _fit_redsvm_jit(X, codes, c, alpha0, b0, tol, key, config):
         mu = jnp.mean(X, axis=0)
         X = X - mu
         b0 = b0 - jnp.dot(_w_theta(X, alpha0, s)[0], mu)
-    sq = _row_sqnorms(X)
+    sq = row_sq_norms(X)
     tol = jnp.asarray(tol, dtype)
 
     def slope(alpha):
@@ -461,7 +379,7 @@ def fit_redsvm(X, codes, c, config: RedSVMConfig, *, tol=1e-6, key=None, alpha0=
     """Solve Eq. (9) for the extended binary ordinal SVM (RED-SVM) with any Table II loss.
 
     Args:
-        X: (n, d) dense array or :class:`PaddedRows` (sparse rows).
+        X: (n, d) dense array or :class:`~bayesord._sparse.PaddedRows` (sparse rows).
         codes: (n,) int labels in 0..K-1.
         c: (n,) per-row loss weights (``C`` times the sample weight; ``C1``/``C2`` in TOR).
             Rows with ``c == 0`` do not enter the fit.
@@ -484,7 +402,7 @@ def fit_redsvm(X, codes, c, config: RedSVMConfig, *, tol=1e-6, key=None, alpha0=
     """
     if not isinstance(X, PaddedRows):
         X = jnp.asarray(X)
-    dtype = X.values.dtype if isinstance(X, PaddedRows) else X.dtype
+    dtype = X.dtype
     codes = jnp.asarray(codes, jnp.int32)
     c = jnp.asarray(c, dtype)
     n = codes.shape[0]
@@ -497,10 +415,10 @@ def fit_redsvm(X, codes, c, config: RedSVMConfig, *, tol=1e-6, key=None, alpha0=
 
 
 def decision_scores(w, X):
-    """Latent score ``h(x) = w.x`` for dense rows or :class:`PaddedRows`."""
+    """Latent score ``h(x) = w.x`` for dense rows or :class:`~bayesord._sparse.PaddedRows`."""
     if not isinstance(X, PaddedRows):
         X = jnp.asarray(X)
-    return _matvec(X, w)
+    return row_dots(X, w)
 
 
 def predict_codes(h, theta, b):

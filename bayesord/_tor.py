@@ -44,14 +44,13 @@ import scipy.sparse as sp
 from jax import lax
 
 from ._redsvm import (
-    PaddedRows,
     RedSVMConfig,
-    _matvec,
     extended_labels,
     fit_redsvm,
     margin_loss,
     predict_codes,
 )
+from ._sparse import PaddedRows, row_dots
 from ._status import Status
 
 __all__ = ["TORConfig", "TORResult", "fit_tor", "init_pseudo_labels", "make_tor_synthetic"]
@@ -198,7 +197,7 @@ def _swap_round(h, theta, b, labels, unlabeled, c, loss, n_classes, rule="eq5"):
 
 
 def _objective(X, labels, c, w, theta, b, loss):
-    h = _matvec(X, w)
+    h = row_dots(X, w)
     return 0.5 * jnp.dot(w, w) + 0.5 * jnp.dot(theta, theta) + jnp.sum(c * _row_losses(h, theta, b, labels, loss))
 
 
@@ -242,7 +241,7 @@ def _fit_tor_jit(X, codes, unlabeled, weight, C1, c2_init, c2_growth, tol, key, 
         common = dict(n_iter=st["n_iter"] + r.n_iter, all_conv=st["all_conv"] & r.converged)
 
         def initialise():
-            labels0 = init_pseudo_labels(_matvec(X, r.w), unlabeled, codes, K)
+            labels0 = init_pseudo_labels(row_dots(X, r.w), unlabeled, codes, K)
             return dict(st, started=jnp.ones((), bool), labels=labels0, init_labels=labels0,
                         alpha=r.alpha, w=r.w, theta=r.theta, b=r.b, init_w=r.w,
                         init_theta=r.theta, init_b=r.b, bad=~jnp.isfinite(r.objective), **common)
@@ -254,7 +253,7 @@ def _fit_tor_jit(X, codes, unlabeled, weight, C1, c2_init, c2_growth, tol, key, 
             theta = jnp.where(keep_new, r.theta, st["theta"])
             b = jnp.where(keep_new, r.b, st["b"])
             obj = jnp.where(keep_new, r.objective, st["prev_swapped"])
-            labels, n_sw = _swap_round(_matvec(X, w), theta, b, st["labels"], unlabeled, c, loss, K,
+            labels, n_sw = _swap_round(row_dots(X, w), theta, b, st["labels"], unlabeled, c, loss, K,
                                        config.swap_rule)
             swapped_obj = jnp.where(n_sw > 0, _objective(X, labels, c, w, theta, b, loss), jnp.nan)
             i = st["n_ret"]
@@ -295,7 +294,7 @@ def fit_tor(X, codes, unlabeled, config: TORConfig, *, C1=1.0, c2_init=1e-5, c2_
     """Algorithm 1: transductive ordinal regression over RED-SVM.
 
     Args:
-        X: (n, d) dense array or :class:`bayesord._redsvm.PaddedRows`, labeled and unlabeled
+        X: (n, d) dense array or :class:`bayesord._sparse.PaddedRows`, labeled and unlabeled
             rows together.
         codes: (n,) int codes 0..K-1 of the labeled rows (entries at unlabeled rows ignored).
         unlabeled: (n,) bool mask of the unlabeled rows.
@@ -313,7 +312,7 @@ def fit_tor(X, codes, unlabeled, config: TORConfig, *, C1=1.0, c2_init=1e-5, c2_
     """
     if not isinstance(X, PaddedRows):
         X = jnp.asarray(X)
-    dtype = X.values.dtype if isinstance(X, PaddedRows) else X.dtype
+    dtype = X.dtype
     codes = jnp.asarray(codes, jnp.int32)
     unlabeled = jnp.asarray(unlabeled, bool)
     weight = jnp.ones(codes.shape[0], dtype) if weight is None else jnp.asarray(weight, dtype)

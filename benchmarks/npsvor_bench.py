@@ -42,8 +42,8 @@ from bayesord._npsvor import (  # noqa: E402
     fit_npsvor,
     predict_r_new,
     predict_r_old,
-    to_ell,
 )
+from bayesord._sparse import to_padded_rows  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "datasets" / "treebank"
 EPS, TOL = 0.1, 0.1
@@ -106,8 +106,8 @@ def single_fits(Xtr, ytr, Xte, yte, quick, rows):
     repeats = 2 if quick else 5
     for bias in ((False,) if quick else (False, True)):
         ll = liblinear_time(Xtr, ytr, 1.0, bias, repeats)
-        E = to_ell(Xtr, bias=1.0 if bias else None)
-        Et = to_ell(Xte, bias=1.0 if bias else None)
+        E = to_padded_rows(Xtr, bias=1.0 if bias else None)
+        Et = to_padded_rows(Xte, bias=1.0 if bias else None)
         for solver, bs in solvers(quick):
             cfg = NPSVORConfig(n_features=Xtr.shape[1] + bias, solver=solver, block_size=bs)
             res, first, run = timed(
@@ -138,8 +138,8 @@ def cv_grid(Xtr, ytr, Xte, yte, quick, rows):
             for C in grid:
                 L.train(prob, L.parameter(f"-s 1 -c {C} -e {TOL} -q" + (" -B 1" if bias else "")))
         ll = time.perf_counter() - t
-        E = to_ell(Xtr, bias=1.0 if bias else None)
-        Et = to_ell(Xte, bias=1.0 if bias else None)
+        E = to_padded_rows(Xtr, bias=1.0 if bias else None)
+        Et = to_padded_rows(Xte, bias=1.0 if bias else None)
         for solver, bs, one_call in cv_variants(quick, bias):
             cfg = NPSVORConfig(n_features=Xtr.shape[1] + bias, solver=solver, block_size=bs)
             cv, first, run = timed(
@@ -177,7 +177,7 @@ def scale(n, d, nnz, solver, bs):
     """Run in a fresh process so that its peak RSS is its own."""
     X, y = synthetic(n, d, nnz)
     ll = liblinear_time(X, y, 1.0, False, 1)
-    E = to_ell(X)
+    E = to_padded_rows(X)
     ell_mb = (E.indices.nbytes + E.values.nbytes) / 2**20
     cfg = NPSVORConfig(n_features=d, solver=solver, block_size=bs)
     res, first, run = timed(

@@ -44,6 +44,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from bayesord import OrdinalProbit
 from bayesord import _perceptron as P
+from bayesord._sparse import padding_ratio, to_padded_rows
 from bayesord.datasets import equal_width_bins, load_shared, random_split
 from bayesord.estimators._perceptron import CuSumRank, PRank
 
@@ -265,7 +266,8 @@ def run_throughput(quick):
 
     tb = load_shared("treebank")
     Xs, ys = tb.X, np.asarray(tb.y, np.int32) - 1
-    ell, ratio = P.ell_from_csr(Xs, np.float64)
+    ell = to_padded_rows(Xs, dtype=np.float64)
+    ratio = padding_ratio(ell)
     cfg = P.PerceptronConfig(n_classes=5, n_epochs=1, shuffle=False)
     first, run, res = time_jax_epoch(ell, jnp.asarray(ys), cfg, Xs.shape[1], jnp.float64)
     t0 = time.perf_counter()

@@ -46,10 +46,10 @@ from bayesord._redsvm import (  # noqa: E402
     decision_scores,
     fit_kernel_map,
     fit_redsvm,
-    padded_rows_from_csr,
     predict_codes,
     transform_kernel_map,
 )
+from bayesord._sparse import to_padded_rows  # noqa: E402
 from bayesord._tor import TORConfig, fit_tor, make_tor_synthetic  # noqa: E402
 from bayesord.datasets import equal_frequency_bins, load_csv  # noqa: E402
 
@@ -104,7 +104,7 @@ def bench_synthetic(args):
             rng = np.random.default_rng(s)
             unl = np.ones(n, bool)
             unl[rng.choice(n, n_lab, replace=False)] = False
-            rows.append(run_split(padded_rows_from_csr(X, multiple=32), y - 1, unl, 5, args.c_synth, args.tol, s,
+            rows.append(run_split(to_padded_rows(X, multiple=32), y - 1, unl, 5, args.c_synth, args.tol, s,
                                   swap_rule=args.swap_rule))
         m = summarise(rows)
         table[str(p)] = {"mean": m, "runs": rows}

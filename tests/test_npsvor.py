@@ -14,8 +14,8 @@ from bayesord._npsvor import (
     fit_npsvor,
     predict_r_new,
     predict_r_old,
-    to_ell,
 )
+from bayesord._sparse import to_padded_rows
 
 N, D, P = 48, 5, 3
 EPS = 0.1
@@ -64,7 +64,7 @@ def _reference_dual(X, y, k, C1, C2, eps, weights=None):
 
 
 def _fit(X, y, solver, bias=1.0, tol=1e-9, C1=1.0, C2=1.0, block_size=8, key=0, **kw):
-    E = to_ell(X, bias=bias)
+    E = to_padded_rows(X, bias=bias)
     cfg = NPSVORConfig(n_features=X.shape[1] + (bias is not None), solver=solver,
                        block_size=block_size, max_iter=20000, **kw)
     return fit_npsvor(E, y, P, C1, C2, EPS, tol, jax.random.key(key), cfg)
@@ -170,7 +170,7 @@ def test_decision_values_match_dense_product(data):
     X, y = data
     rng = np.random.default_rng(1)
     W = rng.normal(size=(P, D + 1))
-    F = decision_values(jnp.asarray(W), to_ell(sp.csr_matrix(X), bias=2.0))
+    F = decision_values(jnp.asarray(W), to_padded_rows(sp.csr_matrix(X), bias=2.0))
     np.testing.assert_allclose(F, _augment(X, 2.0) @ W.T, atol=1e-12)
 
 
@@ -195,7 +195,7 @@ def test_csr_duplicates_and_unsorted_indices_are_summed(data):
         indptr.append(len(indices))
     messy = sp.csr_matrix((np.array(values), np.array(indices), np.array(indptr)), shape=X.shape)
     assert not messy.has_canonical_format
-    E1, E2 = to_ell(csr, bias=1.0), to_ell(messy, bias=1.0)
+    E1, E2 = to_padded_rows(csr, bias=1.0), to_padded_rows(messy, bias=1.0)
     np.testing.assert_allclose(E2.sq_norms, E1.sq_norms, atol=1e-12)
     a = _fit(csr, y, "dcd2", tol=0.1)
     b = _fit(messy, y, "dcd2", tol=0.1)
@@ -204,7 +204,7 @@ def test_csr_duplicates_and_unsorted_indices_are_summed(data):
 
 def _grid_setup(data):
     X, y = data
-    return X, y, to_ell(X, bias=1.0), NPSVORConfig(n_features=D + 1), jax.random.key(5)
+    return X, y, to_padded_rows(X, bias=1.0), NPSVORConfig(n_features=D + 1), jax.random.key(5)
 
 
 def test_grid_equals_separate_fits(data):
@@ -234,7 +234,7 @@ def test_sample_weight_is_exact(data):
     w = np.ones(N)
     w[5:10] = 2.0
     w[10:14] = 0.0
-    E = to_ell(X, bias=1.0)
+    E = to_padded_rows(X, bias=1.0)
     cfg = NPSVORConfig(n_features=D + 1, solver="dcd2", block_size=8, max_iter=20000)
     res = fit_npsvor(E, y, P, 1.0, 1.0, EPS, 1e-9, jax.random.key(0), cfg, sample_weight=w)
     rows = np.concatenate([np.arange(N)[w > 0], np.arange(5, 10)])
@@ -249,7 +249,7 @@ def test_cv_reports_a_class_missing_from_a_fold(data):
     y = y.copy()
     y[y == 2] = 1
     y[0] = 2  # one example of the top class: absent from the training rows of its fold
-    E = to_ell(X, bias=1.0)
+    E = to_padded_rows(X, bias=1.0)
     cfg = NPSVORConfig(n_features=D + 1)
     with pytest.warns(UserWarning) as record:  # the fold helper also warns (1 row < 4 folds)
         cv = cv_npsvor(E, y, P, [0.5, 2.0], 4, EPS, 0.1, jax.random.key(0), cfg)
@@ -261,7 +261,7 @@ def test_cv_reports_a_class_missing_from_a_fold(data):
 
 def test_cv_fold_mae_matches_separate_fit(data):
     X, y = data
-    E = to_ell(X, bias=1.0)
+    E = to_padded_rows(X, bias=1.0)
     cfg = NPSVORConfig(n_features=D + 1)
     folds = np.arange(N) % 3
     cv = cv_npsvor(E, y, P, [0.5, 1.0], 3, EPS, 0.1, jax.random.key(2), cfg, folds=folds)

@@ -7,6 +7,7 @@ import pytest
 import scipy.sparse as sp
 
 from bayesord import _perceptron as P
+from bayesord._sparse import padding_ratio, to_padded_rows
 
 # ---------------------------------------------------------------------------------------
 # Independent references (ranks 1..r, the constant attribute -1 appended explicitly).
@@ -257,8 +258,8 @@ def test_sparse_ell_equals_dense():
     Xs = sp.random(50, 30, density=0.15, random_state=11, format="csr")
     Xs = sp.csr_matrix(Xs.toarray() * (rng.random((50, 1)) > 0.1))  # some empty rows
     y = rng.integers(0, 3, size=50).astype(np.int32)
-    ell, ratio = P.ell_from_csr(Xs)
-    assert ratio >= 1.0
+    ell = to_padded_rows(Xs)
+    assert padding_ratio(ell) >= 1.0
     for algorithm in ("perceptron", "pa"):
         cfg = P.PerceptronConfig(n_classes=3, algorithm=algorithm, averaged=True, n_epochs=3,
                                  fit_intercept=False)

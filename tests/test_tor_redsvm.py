@@ -16,10 +16,10 @@ from bayesord._redsvm import (
     fit_redsvm,
     kernel_matrix,
     ordinal_loss,
-    padded_rows_from_csr,
     predict_codes,
     transform_kernel_map,
 )
+from bayesord._sparse import to_padded_rows
 from bayesord.estimators._tor import RedSVM
 
 
@@ -147,10 +147,10 @@ def test_sparse_rows_equal_dense():
     X[np.abs(X) < 0.7] = 0.0
     cfg = RedSVMConfig(4, "hinge")
     dense = fit_redsvm(X, y, np.ones(30), cfg, tol=1e-12)
-    sparse = fit_redsvm(padded_rows_from_csr(sp.csr_matrix(X)), y, np.ones(30), cfg, tol=1e-12)
+    sparse = fit_redsvm(to_padded_rows(sp.csr_matrix(X)), y, np.ones(30), cfg, tol=1e-12)
     assert float(sparse.objective) == pytest.approx(float(dense.objective), rel=1e-9)
     np.testing.assert_allclose(sparse.w, dense.w, atol=1e-6)
-    np.testing.assert_allclose(decision_scores(sparse.w, padded_rows_from_csr(sp.csr_matrix(X))),
+    np.testing.assert_allclose(decision_scores(sparse.w, to_padded_rows(sp.csr_matrix(X))),
                                X @ np.asarray(sparse.w), atol=1e-12)
 
 

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import pytest
 import scipy.sparse as sp
 
-from bayesord._redsvm import padded_rows_from_csr
+from bayesord._sparse import to_padded_rows
 from bayesord._tor import TORConfig, _swap_round, fit_tor, init_pseudo_labels, make_tor_synthetic
 from bayesord.estimators._tor import RedSVM, TransductiveOrdinalRegression
 
@@ -106,7 +106,7 @@ def test_objective_strictly_decreases_with_every_swap(loss):
     X, y, unl = swap_problem()
     C1 = 10.0
     # the config equals the estimator's defaults, so the estimator test below reuses the compile
-    res = fit_tor(padded_rows_from_csr(X), np.where(unl, 0, y), unl, TORConfig(4, loss, max_retrains=5000),
+    res = fit_tor(to_padded_rows(X), np.where(unl, 0, y), unl, TORConfig(4, loss, max_retrains=5000),
                   C1=C1, c2_init=1e-2, tol=1e-6)
     n = int(res.n_retrains)
     assert bool(res.converged) and int(res.n_swaps) >= 3
@@ -145,7 +145,7 @@ def test_transduction_does_not_hurt_on_clustered_synthetic():
     X, y = make_tor_synthetic(2500, p=0.1, random_state=0)
     unl = np.ones(2500, bool)
     unl[np.random.default_rng(1).choice(2500, 200, replace=False)] = False
-    res = fit_tor(padded_rows_from_csr(X), np.where(unl, 0, y - 1), unl, TORConfig(5), C1=10.0, tol=1e-4)
+    res = fit_tor(to_padded_rows(X), np.where(unl, 0, y - 1), unl, TORConfig(5), C1=10.0, tol=1e-4)
     err_tor = np.mean(np.asarray(res.labels)[unl] != y[unl] - 1)
     err_init = np.mean(np.asarray(res.init_labels)[unl] != y[unl] - 1)
     assert int(res.n_swaps) > 0 and err_tor <= err_init

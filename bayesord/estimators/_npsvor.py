@@ -17,8 +17,8 @@ from .._npsvor import (
     fit_npsvor,
     predict_r_new,
     predict_r_old,
-    to_ell,
 )
+from .._sparse import to_padded_rows
 from .._status import check_status
 from .._validation import float_dtype
 from ._base import OrdinalEstimator
@@ -141,7 +141,7 @@ class NPSVOR(OrdinalEstimator):
 
     def _ell(self, X):
         bias = float(self.intercept_scaling) if self.fit_intercept else None
-        return to_ell(X, bias=bias, dtype=float_dtype())
+        return to_padded_rows(X, bias=bias, dtype=float_dtype())
 
     def fit(self, X, y, sample_weight=None):
         """Fit the p rank hyperplanes.

@@ -17,6 +17,7 @@ import scipy.sparse as sp
 from sklearn.utils.validation import check_is_fitted
 
 from .. import _perceptron as core
+from .._sparse import to_padded_rows
 from .._status import check_status
 from .._validation import check_sample_weight, float_dtype
 from ._base import OrdinalEstimator, reset_fitted
@@ -77,8 +78,7 @@ class _StructuredPerceptron(OrdinalEstimator):
     @staticmethod
     def _rows(X, dtype):
         if sp.issparse(X):
-            ell, _ = core.ell_from_csr(X, dtype)
-            return ell
+            return to_padded_rows(X, dtype=dtype)
         return jnp.asarray(X, dtype)
 
     # -- fitting ------------------------------------------------------------------------

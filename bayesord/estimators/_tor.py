@@ -22,10 +22,10 @@ from .._redsvm import (
     decision_scores,
     fit_kernel_map,
     fit_redsvm,
-    padded_rows_from_csr,
     predict_codes,
     transform_kernel_map,
 )
+from .._sparse import to_padded_rows
 from .._status import check_status
 from .._tor import TORConfig, fit_tor
 from .._validation import check_sample_weight, check_X, encode_labels, float_dtype
@@ -73,7 +73,7 @@ class _RedSVMBase(OrdinalEstimator):
         if self.kernel == "linear":
             self.kernel_map_ = None
             if sp.issparse(X):
-                return padded_rows_from_csr(X, dtype)
+                return to_padded_rows(X, dtype=dtype)
             return jnp.asarray(X, dtype)
         if sp.issparse(X):
             raise TypeError(f"kernel={self.kernel!r} needs dense X; sparse input works with kernel='linear'")
@@ -88,7 +88,7 @@ class _RedSVMBase(OrdinalEstimator):
         dtype = float_dtype()
         if self.kernel_map_ is None:
             if sp.issparse(X):
-                return padded_rows_from_csr(X, dtype)
+                return to_padded_rows(X, dtype=dtype)
             return jnp.asarray(X, dtype)
         if sp.issparse(X):
             raise TypeError(f"kernel={self.kernel!r} needs dense X")
