@@ -253,10 +253,9 @@ def _fit_tor_jit(X, codes, unlabeled, weight, C1, c2_init, c2_growth, tol, key, 
         more_stages = (st["c2"] < C1) & (st["stage"] < config.max_stages)
         return (~st["started"] | (more_stages & (st["n_ret"] < cap))) & ~st["bad"]
 
-    # stages of the schedule: C2 = c2_init * c2_growth**s for every s with C2 < C1
-    n_stages = jnp.maximum(jnp.ceil(jnp.log(C1 / c2_init) / jnp.log(c2_growth)), 0).astype(jnp.int32)
-
     def report(st, final=False, **extra):
+        # stages of the schedule: C2 = c2_init * c2_growth**s for every s with C2 < C1
+        n_stages = jnp.maximum(jnp.ceil(jnp.log(C1 / c2_init) / jnp.log(c2_growth)), 0).astype(jnp.int32)
         last = st["obj_tr"][jnp.maximum(st["n_ret"] - 1, 0)]
         emit(_progress_line, final=final, stage=st["stage"], n_stages=n_stages,
              started=st["started"], c2=st["c2"], n_ret=st["n_ret"], n_swaps=st["n_swaps"],
