@@ -44,8 +44,8 @@ def _write(text: str, final: bool, throttle: bool = True) -> None:
     now = time.monotonic()
     if throttle and not final and now - _state["last"] < MIN_INTERVAL:
         return
-    # after a final line the next one (a new fit or stage) is always shown
-    _state["last"] = -np.inf if final else now
+    # after a final line or a host stage line, the next update (a new fit) is always shown
+    _state["last"] = -np.inf if final or not throttle else now
     if _state["prefix"]:
         text = f"{_state['prefix']}  {text}"
     tty = bool(getattr(stream, "isatty", lambda: False)())
