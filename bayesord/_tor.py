@@ -50,6 +50,7 @@ from ._redsvm import (
     margin_loss,
     predict_codes,
 )
+from ._progress import emit
 from ._sparse import PaddedRows, row_dots
 from ._status import Status
 
@@ -71,6 +72,9 @@ class TORConfig:
         max_stages: cap on annealing stages (64 covers any ratio C1/c2_init below 2**64).
         swap_rule: "eq5" (the paper's Eq. 5) or "descent" (any pair whose swap lowers
             the loss; see :func:`_swap_round`).
+        progress: report each retraining (stage, C2, swaps, objective) on stderr through
+            a host callback (:mod:`bayesord._progress`).  Off by default: the compiled
+            program then holds no callback.  Results are identical either way.
     """
 
     n_classes: int
@@ -81,6 +85,7 @@ class TORConfig:
     max_retrains: int = 2000
     max_stages: int = 64
     swap_rule: str = "eq5"
+    progress: bool = False
 
     def __post_init__(self):
         if self.swap_rule not in ("eq5", "descent"):
@@ -196,6 +201,20 @@ def _swap_round(h, theta, b, labels, unlabeled, c, loss, n_classes, rule="eq5"):
     return labels, n_sw
 
 
+def _progress_line(v):
+    """``TOR stage 3/17  C2 4e-05  retrainings 57  swaps 120  objective 12.34``."""
+    stage = int(v["stage"].max())
+    total = int(v["n_stages"].max())
+    if not v["started"].all():
+        return "TOR initial RED-SVM on the labeled rows (Algorithm 2)"
+    obj = f"{float(v['objective'].max()):.6g}" if np.isfinite(v["objective"]).any() else "-"
+    counts = f"retrainings {v['n_ret'].max()}  swaps {v['n_swaps'].max()}  objective {obj}"
+    if "converged" in v:
+        return (f"TOR done: {stage} stages  {counts}  "
+                f"({'converged' if v['converged'].all() else 'not converged'})")
+    return f"TOR stage {min(stage + 1, total)}/{total}  C2 {float(v['c2'].max()):.3g}  {counts}"
+
+
 def _objective(X, labels, c, w, theta, b, loss):
     h = row_dots(X, w)
     return 0.5 * jnp.dot(w, w) + 0.5 * jnp.dot(theta, theta) + jnp.sum(c * _row_losses(h, theta, b, labels, loss))
@@ -233,8 +252,18 @@ def _fit_tor_jit(X, codes, unlabeled, weight, C1, c2_init, c2_growth, tol, key, 
         more_stages = (st["c2"] < C1) & (st["stage"] < config.max_stages)
         return (~st["started"] | (more_stages & (st["n_ret"] < cap))) & ~st["bad"]
 
+    def report(st, final=False, **extra):
+        # stages of the schedule: C2 = c2_init * c2_growth**s for every s with C2 < C1
+        n_stages = jnp.maximum(jnp.ceil(jnp.log(C1 / c2_init) / jnp.log(c2_growth)), 0).astype(jnp.int32)
+        last = st["obj_tr"][jnp.maximum(st["n_ret"] - 1, 0)]
+        emit(_progress_line, final=final, stage=st["stage"], n_stages=n_stages,
+             started=st["started"], c2=st["c2"], n_ret=st["n_ret"], n_swaps=st["n_swaps"],
+             objective=last, **extra)
+
     def body(st):
         started = st["started"]
+        if config.progress:
+            report(st)
         c = jnp.where(started, jnp.where(unlabeled, st["c2"] * weight, C1 * weight), lab_c)
         r = fit_redsvm(X, st["labels"], c, cfg, tol=tol, key=jax.random.fold_in(key, st["n_ret"]),
                        alpha0=st["alpha"], b0=st["b"])
@@ -279,6 +308,8 @@ def _fit_tor_jit(X, codes, unlabeled, weight, C1, c2_init, c2_growth, tol, key, 
     status = jnp.where(st["bad"], Status.NONFINITE,
                        jnp.where(~finished, Status.CAPACITY_REACHED,
                                  jnp.where(st["all_conv"], Status.SUCCESS, Status.MAX_ITER)))
+    if config.progress:
+        report(st, final=True, converged=finished & st["all_conv"] & ~st["bad"])
     return TORResult(
         labels=st["labels"], init_labels=st["init_labels"], w=st["w"], theta=st["theta"], b=st["b"],
         init_w=st["init_w"], init_theta=st["init_theta"], init_b=st["init_b"],

@@ -1,7 +1,10 @@
 """The ``bayesord`` command: ``demo``, ``fit``, ``predict`` and ``bench``.
 
 The command is an application, not a library import, so it turns on JAX's float64 mode
-(recommended for the Bayesian paths) before doing any work.
+(recommended for the Bayesian paths) before doing any work.  ``demo`` and ``fit`` report
+progress on stderr (which model is being fitted, and the solver's own progress line for
+estimators with a ``verbose`` parameter); ``--quiet`` (alias ``--no-progress``) turns it off.
+Tables and results go to stdout either way.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from . import _progress
 
 __all__ = ["main"]
 
@@ -44,7 +49,12 @@ def _demo(args) -> int:
           f"{len(train)} training and {len(test)} test rows (seed {args.seed})\n")
     rows = []
     fitted = {}
-    for name, model in _demo_models(args.seed):
+    models = list(_demo_models(args.seed))
+    for i, (name, model) in enumerate(models):
+        if args.progress:
+            _progress.show(f"demo: fitting {name} ({i + 1}/{len(models)})")
+            if "verbose" in model.get_params():
+                model.set_params(verbose=1)
         t0 = time.perf_counter()
         model.fit(X[train], y[train])
         fit_time = time.perf_counter() - t0
@@ -57,6 +67,8 @@ def _demo(args) -> int:
                                                        classes=model.classes_)
         rows.append(row)
         fitted[name] = model
+    if args.progress:
+        _progress.show(f"demo: fitted {len(models)} models", final=True)
     table = pd.DataFrame(rows).set_index("model")
     print(table.to_string(float_format=lambda v: f"{v:.3f}", na_rep="-"))
     print("(fit time includes the one-off JIT compilation of each model)")
@@ -124,7 +136,12 @@ def _fit(args) -> int:
         classes = [type(np.asarray(y).flat[0].item())(c) for c in classes]
     model = OrdinalProbit(thresholds=args.thresholds, alpha=args.alpha, prior=args.prior,
                           link=args.link, classes=classes)
+    if args.progress:
+        _progress.show(f"fit: OrdinalProbit on {X.shape[0]} rows x {X.shape[1]} features ...")
+    t0 = time.perf_counter()
     model.fit(pd.DataFrame(X, columns=names), y)
+    if args.progress:
+        _progress.show(f"fit: OrdinalProbit fitted in {time.perf_counter() - t0:.1f} s", final=True)
     model.save(args.out)
     print(model.summary().to_string(float_format=lambda v: f"{v:.4f}"))
     print(f"\nlog evidence {model.log_evidence_:.4f}; converged {model.converged_}; saved to {args.out}")
@@ -170,6 +187,11 @@ def _bench(args) -> int:
                           docs=Path(args.docs) if args.docs else None, timeout=args.timeout)
 
 
+def _add_quiet(parser):
+    parser.add_argument("--quiet", "--no-progress", dest="progress", action="store_false",
+                        help="no progress lines on stderr (they are on by default)")
+
+
 def _parser():
     p = argparse.ArgumentParser(prog="bayesord", description="Ordinal regression that says how sure it is.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -179,6 +201,7 @@ def _parser():
     d.add_argument("--n-features", type=int, default=5)
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--out", default="bayesord_demo.png", help="PNG plot of class probabilities")
+    _add_quiet(d)
     d.set_defaults(func=_demo)
     f = sub.add_parser("fit", help="fit OrdinalProbit on a CSV file and save it")
     f.add_argument("data")
@@ -189,6 +212,7 @@ def _parser():
     f.add_argument("--prior", choices=["gaussian", "ard"], default="gaussian")
     f.add_argument("--link", choices=["probit", "logit"], default="probit")
     f.add_argument("--classes", help="comma-separated labels from lowest to highest")
+    _add_quiet(f)
     f.set_defaults(func=_fit)
     r = sub.add_parser("predict", help="predict with a saved model")
     r.add_argument("model")
@@ -219,6 +243,7 @@ def main(argv=None) -> int:
     try:
         return args.func(args)
     except (ValueError, TypeError, FileNotFoundError) as err:
+        _progress.finish()
         print(f"bayesord {args.command}: error: {err}", file=sys.stderr)
         return 2
 

@@ -25,6 +25,7 @@ from .._redsvm import (
     predict_codes,
     transform_kernel_map,
 )
+from .._progress import check_verbose
 from .._sparse import to_padded_rows
 from .._status import check_status
 from .._tor import TORConfig, fit_tor
@@ -200,6 +201,9 @@ class TransductiveOrdinalRegression(_RedSVMBase):
         max_retrains: cap on retrainings (the objective trace's capacity).
         swap_rule: "eq5" (the paper's Eq. 5: both rows predicted beyond their label) or
             "descent" (any adjacent pair whose swap lowers the loss, Joachims' TSVM rule).
+        verbose: report progress on stderr (0, the default: silent): one updating line
+            per retraining (``TOR stage 3/17  C2 4e-05  retrainings 57  swaps 120
+            objective ...``); the results do not change.
 
     Attributes:
         transduction_: labels of the unlabeled rows, in their given order.
@@ -218,7 +222,7 @@ class TransductiveOrdinalRegression(_RedSVMBase):
 
     def __init__(self, C=1.0, loss="hinge", kernel="linear", gamma=None, n_components=None,
                  fit_intercept=True, tol=1e-6, max_iter=1000, c2_init=1e-5, c2_growth=2.0,
-                 max_retrains=5000, swap_rule="eq5", random_state=None):
+                 max_retrains=5000, swap_rule="eq5", random_state=None, verbose=0):
         self.C = C
         self.loss = loss
         self.kernel = kernel
@@ -232,6 +236,7 @@ class TransductiveOrdinalRegression(_RedSVMBase):
         self.max_retrains = max_retrains
         self.swap_rule = swap_rule
         self.random_state = random_state
+        self.verbose = verbose
 
     def _check_schedule(self):
         _check_positive(self.c2_init, "c2_init")
@@ -246,6 +251,7 @@ class TransductiveOrdinalRegression(_RedSVMBase):
             raise ValueError(f"swap_rule must be 'eq5' or 'descent', got {self.swap_rule!r}")
         if not isinstance(self.max_retrains, numbers.Integral) or self.max_retrains < 1:
             raise ValueError(f"max_retrains must be a positive integer, got {self.max_retrains!r}")
+        check_verbose(self.verbose)
 
     def fit(self, X, y, X_unlabeled=None, unlabeled_mask=None, classes=None, sample_weight=None):
         """Fit on labeled rows plus unlabeled rows and label the latter.
@@ -311,7 +317,8 @@ class TransductiveOrdinalRegression(_RedSVMBase):
         k_map, k_fit = jax.random.split(key)
         Z = self._features_fit(X_all, k_map)
         config = TORConfig(len(self.classes_), self.loss, bool(self.fit_intercept), int(self.max_iter),
-                           max_retrains=int(self.max_retrains), swap_rule=self.swap_rule)
+                           max_retrains=int(self.max_retrains), swap_rule=self.swap_rule,
+                           progress=check_verbose(self.verbose))
         if n_unl == 0:
             res = fit_redsvm(Z, codes, self.C * sw, config.redsvm, tol=self.tol, key=k_fit)
             check_status(res.status, "TransductiveOrdinalRegression")

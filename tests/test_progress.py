@@ -1,0 +1,306 @@
+"""Progress reporting (bayesord._progress and the solvers' ``progress`` flags).
+
+Checked: progress on and off give identical results; the host callback fires once per loop
+step plus once at the end, and the printed numbers are the ones in the result's traces;
+a vmapped grid prints one line per step, not one per grid point; with progress off the
+compiled program has no callback and prints nothing; the estimators' ``verbose`` and the
+CLI's ``--quiet``.
+
+The functional fits use exactly the configs the estimators build for the same data, so the
+estimator tests reuse their compiled programs (compiling ISBOR dominates the run time).
+"""
+
+import io
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+import pytest
+
+from bayesord import _progress
+from bayesord._isbor import ISBORConfig, fit_isbor, fit_sbor
+from bayesord._npsvor import NPSVORConfig, cv_npsvor, fit_npsvor
+from bayesord._sparse import to_padded_rows
+from bayesord._tor import TORConfig, fit_tor
+from bayesord.cli import _parser, main
+from bayesord.estimators._isbor import ISBOR
+from bayesord.estimators._npsvor import NPSVOR
+from bayesord.estimators._tor import TransductiveOrdinalRegression
+
+N, K = 50, 3
+
+
+@pytest.fixture(autouse=True)
+def every_update(monkeypatch):
+    """Write every update (no throttling) so the lines can be counted."""
+    monkeypatch.setattr(_progress, "MIN_INTERVAL", 0.0)
+
+
+def lines(capsys):
+    jax.effects_barrier()
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    return [s for s in captured.err.splitlines() if s]
+
+
+def assert_same(a, b):
+    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def isbor_data(seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-2, 2, size=(N, 2))
+    f = np.sin(1.5 * X[:, 0]) + 0.5 * X[:, 1] + rng.normal(0, 0.2, N)
+    y = np.digitize(f, np.quantile(f, [1 / 3, 2 / 3])).astype(np.int32)
+    return jnp.asarray(X), jnp.asarray(y)
+
+
+def isbor_config(progress):
+    """What ``ISBOR(capacity=12, max_iter=40)`` builds for these data."""
+    return ISBORConfig(n_classes=K, capacity=12, max_iter=40, block_size=N, cache_basis=True,
+                       progress=progress)
+
+
+def run_isbor(progress, theta=1.0, solver=fit_isbor):
+    X, y = isbor_data()
+    cfg = isbor_config(progress)
+    args = (X, y, jnp.ones(N), jnp.arange(N, dtype=jnp.int32), jnp.ones(N, bool))
+    if solver is fit_sbor:
+        return fit_sbor(*args, theta, config=cfg, min_delta=1e-2)
+    return fit_isbor(*args, jax.random.PRNGKey(0), theta, config=cfg, min_delta=1e-2)
+
+
+# ----------------------------------------------------------------- ISBOR / SBOR
+
+
+def test_isbor_progress_lines_follow_the_evidence_trace(capsys):
+    quiet = run_isbor(False)
+    assert lines(capsys) == []
+    loud = run_isbor(True)
+    out = lines(capsys)
+    assert_same(quiet, loud)
+    n_iter = int(loud.n_iter)
+    assert n_iter >= 3
+    assert len(out) == n_iter + 1  # one call per iteration, one at the end
+    trace = np.asarray(loud.evidence_trace)
+    for k, line in enumerate(out[:-1]):
+        m = re.fullmatch(r"ISBOR iter (\d+)/40  log-evidence (\S+)  RVs (\d+)", line)
+        assert m, line
+        assert int(m.group(1)) == k
+        assert float(m.group(2)) == pytest.approx(trace[k], abs=0.051)
+    m = re.fullmatch(r"ISBOR done: (\d+) iterations  log-evidence (\S+)  RVs (\d+)  \((\d)/1 converged\)",
+                     out[-1])
+    assert m, out[-1]
+    assert int(m.group(1)) == n_iter
+    assert float(m.group(2)) == pytest.approx(float(loud.log_evidence), abs=0.051)
+    assert int(m.group(3)) == int(loud.n_active)
+    assert int(m.group(4)) == int(loud.converged)
+
+
+@pytest.mark.slow
+def test_sbor_progress_on_equals_off(capsys):
+    quiet = run_isbor(False, solver=fit_sbor)
+    loud = run_isbor(True, solver=fit_sbor)
+    out = lines(capsys)
+    assert_same(quiet, loud)
+    assert len(out) == int(loud.n_iter) + 1
+    assert out[0].startswith("SBOR iter 0/40") and out[-1].startswith("SBOR done:")
+
+
+def test_vmapped_grid_prints_one_line_per_step(capsys):
+    thetas = jnp.array([0.5, 2.0])
+    quiet = jax.vmap(lambda t: run_isbor(False, t))(thetas)
+    assert lines(capsys) == []
+    loud = jax.vmap(lambda t: run_isbor(True, t))(thetas)
+    out = lines(capsys)
+    assert_same(quiet, loud)
+    n_iter = np.asarray(loud.n_iter)
+    assert n_iter.min() != n_iter.max()
+    assert len(out) == n_iter.max() + 1  # not twice as many
+    assert all(s.startswith("ISBOR [2 fits] ") for s in out)
+    assert f"done: {n_iter.min()}-{n_iter.max()} iterations" in out[-1]
+    assert f"({int(np.sum(loud.converged))}/2 converged)" in out[-1]
+
+
+def test_progress_off_compiles_no_callback():
+    X, y = isbor_data()
+    args = (X, y, jnp.ones(N), jnp.arange(N, dtype=jnp.int32), jnp.ones(N, bool), jax.random.PRNGKey(0), 1.0)
+    text = {p: fit_isbor.lower(*args, config=isbor_config(p)).as_text() for p in (False, True)}
+    assert "callback" not in text[False]
+    assert "callback" in text[True]
+
+
+# ----------------------------------------------------------------- TOR
+
+
+def tor_data(seed=0, n=80):
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, K, n)
+    X = np.column_stack([2.5 * y + 0.9 * rng.normal(size=n), rng.normal(size=n)])
+    return X, y, np.arange(n) >= 20
+
+
+def test_tor_progress_reports_every_retraining(capsys):
+    X, y, unl = tor_data()
+    cfg = lambda p: TORConfig(K, max_retrains=5000, progress=p)  # noqa: E731  (the estimator's)
+    quiet = fit_tor(X, y, unl, cfg(False), C1=1.0, c2_init=1e-3)
+    loud = fit_tor(X, y, unl, cfg(True), C1=1.0, c2_init=1e-3)
+    out = lines(capsys)
+    assert_same(quiet, loud)
+    n_ret = int(loud.n_retrains)
+    assert len(out) == n_ret + 2  # the labeled-only fit, each retraining, the end
+    assert out[0].startswith("TOR initial RED-SVM")
+    retr = [int(re.search(r"retrainings (\d+)", s).group(1)) for s in out[1:]]
+    assert retr == list(range(n_ret + 1))
+    stages = np.asarray(loud.trace_stage)[:n_ret]
+    for s, st in zip(out[1:-1], stages):
+        assert s.startswith(f"TOR stage {st + 1}/10 ")  # 1e-3 * 2**s < 1 for s = 0..9
+    obj = np.asarray(loud.objective_trace)[n_ret - 1]
+    m = re.fullmatch(r"TOR done: (\d+) stages  retrainings (\d+)  swaps (\d+)  objective (\S+)  \((.*)\)", out[-1])
+    assert m, out[-1]
+    assert (int(m.group(1)), int(m.group(2)), int(m.group(3))) == \
+        (int(loud.n_stages), n_ret, int(loud.n_swaps))
+    assert float(m.group(4)) == pytest.approx(obj, rel=1e-5)
+    assert m.group(5) == ("converged" if bool(loud.converged) else "not converged")
+
+
+# ----------------------------------------------------------------- NPSVOR
+
+
+def npsvor_data(n=120, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 3))
+    return X, np.digitize(X @ [1.0, -1.0, 0.5], [-1, 1])
+
+
+def test_npsvor_progress_on_equals_off(capsys):
+    X, y = npsvor_data()
+    E = to_padded_rows(X, bias=1.0)
+    args = (E, y, K, 1.0, 1.0, 0.1, 0.1, jax.random.key(0))
+    quiet = fit_npsvor(*args, NPSVORConfig(n_features=4, block_size=64))  # the estimator's
+    loud = fit_npsvor(*args, NPSVORConfig(n_features=4, block_size=64, progress=True))
+    out = lines(capsys)
+    assert_same(quiet, loud)
+    passes = np.asarray(loud.n_iter)
+    assert len(out) == passes.max() + 1
+    assert out[0] == f"NPSVOR pass 0/1000  converged 0/{K} problems"
+    assert out[-1] == f"NPSVOR done: {passes.max()} passes  converged {int(np.sum(loud.converged))}/{K} problems"
+
+
+@pytest.mark.slow
+def test_npsvor_cv_per_value_loop_labels_each_value(capsys):
+    X, y = npsvor_data()
+    E = to_padded_rows(X, bias=1.0)
+    args = (E, y, K, [0.1, 1.0], 3, 0.1, 0.1, jax.random.key(0))
+    quiet = cv_npsvor(*args, NPSVORConfig(n_features=4), one_call=False)
+    loud = cv_npsvor(*args, NPSVORConfig(n_features=4, progress=True), one_call=False)
+    out = lines(capsys)
+    np.testing.assert_array_equal(quiet.fold_mae, loud.fold_mae)
+    done = [s for s in out if "done:" in s]
+    assert len(done) == 2
+    assert done[0].startswith("CV C=0.1 (1/2)  NPSVOR done:") and done[1].startswith("CV C=1 (2/2)  NPSVOR")
+
+
+# ----------------------------------------------------------------- estimators
+
+
+def test_isbor_estimator_verbose(capsys):
+    X, y = isbor_data()
+    X, y = np.asarray(X), np.asarray(y)
+    kw = dict(theta="auto", theta_grid=(0.5, 2.0), capacity=12, max_iter=40, random_state=0)
+    quiet = ISBOR(**kw).fit(X, y)
+    assert lines(capsys) == []
+    loud = ISBOR(verbose=1, **kw).fit(X, y)
+    out = lines(capsys)
+    np.testing.assert_array_equal(quiet.coef_, loud.coef_)
+    np.testing.assert_array_equal(quiet.theta_grid_scores_, loud.theta_grid_scores_)
+    grid = [s for s in out if s.startswith("theta grid by evidence (2 widths)  ISBOR [2 fits]")]
+    final = [s for s in out if s.startswith("ISBOR ")]
+    assert grid and grid[-1].split("  ISBOR [2 fits] ")[1].startswith("done:")
+    assert len(final) == loud.n_iter_ + 1 and final[-1].startswith("ISBOR done:")
+    with pytest.raises(ValueError, match="verbose"):
+        ISBOR(verbose=-1, theta=1.0).fit(X, y)
+
+
+@pytest.mark.slow
+def test_isbor_cv_selection_labels_each_width(capsys):
+    X, y = isbor_data()
+    X, y = np.asarray(X), np.asarray(y)
+    kw = dict(theta="auto", theta_grid=(0.5, 2.0), capacity=12, max_iter=40, random_state=0)
+    cv = ISBOR(verbose=True, theta_selection="cv", cv=2, **kw).fit(X, y)
+    out = lines(capsys)
+    for i, t in enumerate((0.5, 2.0)):
+        assert any(s.startswith(f"theta {t:g} ({i + 1}/2), 2-fold CV  ISBOR [2 fits] done:") for s in out)
+    assert cv.theta_ in (0.5, 2.0)
+
+
+def test_tor_and_npsvor_estimators_verbose(capsys):
+    X, y, unl = tor_data()
+    kw = dict(C=1.0, c2_init=1e-3, random_state=0)
+    quiet = TransductiveOrdinalRegression(**kw).fit(X[~unl], y[~unl], X_unlabeled=X[unl])
+    loud = TransductiveOrdinalRegression(verbose=1, **kw).fit(X[~unl], y[~unl], X_unlabeled=X[unl])
+    out = lines(capsys)
+    np.testing.assert_array_equal(quiet.transduction_, loud.transduction_)
+    np.testing.assert_array_equal(quiet.w_, loud.w_)
+    assert len(out) == loud.n_retrains_ + 2 and out[-1].startswith("TOR done:")
+    with pytest.raises(ValueError, match="verbose"):
+        TransductiveOrdinalRegression(verbose="yes").fit(X[~unl], y[~unl], X_unlabeled=X[unl])
+
+    X, y = npsvor_data()
+    quiet = NPSVOR(Cs=[0.1, 1.0], cv=2, random_state=0).fit(X, y)
+    loud = NPSVOR(Cs=[0.1, 1.0], cv=2, random_state=0, verbose=1).fit(X, y)
+    out = lines(capsys)
+    np.testing.assert_array_equal(quiet.coef_, loud.coef_)
+    assert any(s.startswith("CV grid: 2 values of C x 2 folds  NPSVOR done:") and
+               s.endswith(f"/{2 * 2 * K} problems") for s in out)
+    assert out[-1].startswith("NPSVOR done:")  # the refit on all rows, without the CV label
+
+
+# ----------------------------------------------------------------- display and CLI
+
+
+def test_terminal_line_is_rewritten_in_place(monkeypatch):
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    stream = Tty()
+    monkeypatch.setattr("sys.stderr", stream)
+    _progress.show("step 1 of many")
+    _progress.show("step 2")
+    with _progress.prefix("outer"):
+        _progress.show("done", final=True)
+    assert stream.getvalue() == "\rstep 1 of many\rstep 2        \router  done\n"
+    _progress.show("again")
+    _progress.finish()
+    assert stream.getvalue().endswith("\ragain\n")
+
+
+def test_updates_are_throttled_but_final_lines_are_not(monkeypatch, capsys):
+    monkeypatch.setattr(_progress, "MIN_INTERVAL", 3600.0)
+    monkeypatch.setitem(_progress._state, "last", -np.inf)  # no update shown yet
+    run_isbor(True)
+    out = lines(capsys)
+    assert len(out) == 2  # the first update and the final one
+    assert out[0].startswith("ISBOR iter 0/40") and out[1].startswith("ISBOR done:")
+
+
+def test_cli_flags():
+    assert _parser().parse_args(["demo"]).progress
+    assert not _parser().parse_args(["demo", "--no-progress"]).progress
+    assert not _parser().parse_args(["fit", "d.csv", "--out", "m.npz", "--quiet"]).progress
+
+
+@pytest.mark.slow
+def test_cli_progress_on_by_default_and_quiet(tmp_path, capsys):
+    X = np.random.default_rng(0).normal(size=(60, 2))
+    frame = pd.DataFrame(X, columns=["a", "b"]).assign(y=np.digitize(X[:, 0], [-0.5, 0.5]) + 1)
+    frame.to_csv(tmp_path / "d.csv", index=False)
+    assert main(["fit", str(tmp_path / "d.csv"), "--out", str(tmp_path / "m.npz")]) == 0
+    err = capsys.readouterr().err
+    assert "fit: OrdinalProbit on 60 rows x 2 features" in err and "fitted in" in err
+    assert main(["fit", str(tmp_path / "d.csv"), "--out", str(tmp_path / "m.npz"), "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
