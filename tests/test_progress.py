@@ -110,6 +110,7 @@ def test_sbor_progress_on_equals_off(capsys):
     assert out[0].startswith("SBOR iter 0/40") and out[-1].startswith("SBOR done:")
 
 
+@pytest.mark.slow  # two vmapped ISBOR compilations, about a minute on 2 cores
 def test_vmapped_grid_prints_one_line_per_step(capsys):
     thetas = jnp.array([0.5, 2.0])
     quiet = jax.vmap(lambda t: run_isbor(False, t))(thetas)
