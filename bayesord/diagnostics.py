@@ -389,41 +389,56 @@ O(1e-6) and the ratios, being bounded, have a Pareto shape k <= 0."""
 
 
 def _psis_loo(idata):
-    """``az.loo(pointwise=True)``, with rows of (numerically) flat log-likelihood fixed.
+    """``az.loo(pointwise=True)``, repaired where ArviZ's Pareto fit breaks down.
 
     A row predicted with probability ~1 by every draw has log-likelihood ~0 in all of
-    them; its importance ratios are all ~1 and ArviZ's Pareto fit divides 0 by 0 there
-    (NaN ``loo_i``, NaN or inf k, and a NaN ``elpd_loo``).  Its LOO density is then the
-    plain importance-sampling estimate ``-log mean_s exp(-loglik_s)`` (exact to
-    O(spread^2)), and bounded ratios have a Pareto shape k <= 0, reported as 0.  "Flat"
-    means a spread below :data:`FLAT_SPREAD`.
+    them, and a sharp fit often gives exactly 0 in many draws: the largest importance
+    ratios are then tied, the Pareto tail fit divides 0 by 0, and ArviZ returns a NaN
+    ``loo_i`` (so a NaN ``elpd_loo``).  Ratios bounded like that need no smoothing:
+
+    * rows with a log-likelihood spread across draws below :data:`FLAT_SPREAD` get the
+      plain importance-sampling value ``-log mean_s exp(-loglik_s)`` (exact to
+      O(spread^2)) and k = 0 (bounded ratios have a Pareto shape k <= 0);
+    * other rows ArviZ leaves non-finite get truncated importance sampling (ratios capped
+      at sqrt(S) times their mean; Ionides 2008); their k is 0 when the tail ArviZ fits
+      (its largest ``min(0.2 S, 3 sqrt(S))`` ratios) is tied at the maximum, else ArviZ's
+      value (inf stays inf, and is flagged by :func:`loo`).
     """
     import arviz as az
     from scipy.special import logsumexp
 
     ll = idata.log_likelihood["y"]
     ll = ll.values.reshape(ll.shape[0] * ll.shape[1], -1)  # (draws, rows)
-    flat = (ll.max(0) - ll.min(0)) < FLAT_SPREAD
+    s = ll.shape[0]
     with warnings.catch_warnings():
         # ArviZ's own warning is repeated by loo() with the count of affected rows; the
-        # divide-by-zero warnings come from the flat rows replaced below.
+        # divide-by-zero warnings come from the rows repaired below.
         warnings.filterwarnings("ignore", message="Estimated shape parameter of Pareto")
         warnings.filterwarnings("ignore", category=RuntimeWarning, module="arviz")
         res = az.loo(idata, pointwise=True)
-    if not np.any(flat):
-        return res
-    s = ll.shape[0]
     loo_i = res.loo_i.copy()
+    k = np.array(res.pareto_k, copy=True)
+    flat = (ll.max(0) - ll.min(0)) < FLAT_SPREAD
+    broken = ~flat & (~np.isfinite(loo_i.values) | ~np.isfinite(k)) & np.all(np.isfinite(ll), axis=0)
+    if not np.any(flat | broken):
+        return res
     # -log mean_s exp(-ll_s), written around the row mean so nothing cancels.
     mid = ll[:, flat].mean(0)
     loo_i.values[flat] = mid - np.log1p(np.mean(np.expm1(mid - ll[:, flat]), axis=0))
-    k = np.array(res.pareto_k, copy=True)
     k[flat] = 0.0
-    pareto_k = res.pareto_k.copy(data=k)
+    if np.any(broken):
+        lr = -ll[:, broken]
+        lr = lr - lr.max(0)
+        cap = np.log(np.sqrt(s)) + logsumexp(lr, axis=0) - np.log(s)
+        lw = np.minimum(lr, cap)
+        loo_i.values[broken] = logsumexp(lw + ll[:, broken], axis=0) - logsumexp(lw, axis=0)
+        m_tail = int(np.ceil(min(0.2 * s, 3 * np.sqrt(s))))
+        tied = np.sort(lr, axis=0)[-m_tail] == 0.0
+        k[np.flatnonzero(broken)[tied]] = 0.0
     lppd = float(np.sum(logsumexp(ll, axis=0) - np.log(s)))
     elpd = float(np.sum(loo_i.values))
     res = res.copy()
-    res["loo_i"], res["pareto_k"] = loo_i, pareto_k
+    res["loo_i"], res["pareto_k"] = loo_i, res.pareto_k.copy(data=k)
     res["elpd_loo"] = elpd
     res["se"] = float(np.sqrt(loo_i.size * np.var(loo_i.values)))
     res["p_loo"] = lppd - elpd
@@ -435,9 +450,10 @@ def loo(model_or_idata, X=None, y=None, **kwargs):
     """PSIS-LOO of a fitted Bayesian model (or of an InferenceData from
     :func:`to_inference_data`), with the Pareto-k diagnostic surfaced.
 
-    Rows whose log-likelihood is flat across draws (predicted with probability ~1 by
-    every draw, common for a sharp ISBOR fit) break ArviZ's Pareto fit (NaN); they get
-    the plain importance-sampling value, which is exact for them, and k = 0.
+    Rows whose log-likelihood is flat across draws, or whose largest importance ratios
+    are tied (predicted with probability ~1 by many draws, common for a sharp ISBOR fit),
+    break ArviZ's Pareto fit (NaN); they get plain or truncated importance sampling
+    instead (see ``_psis_loo`` in the source) and k = 0.
 
     Args:
         model_or_idata: a fitted Bayesian model (then give X, y) or an InferenceData.

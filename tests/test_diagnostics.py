@@ -294,6 +294,22 @@ def test_loo_handles_rows_with_flat_log_likelihood():
     assert np.isfinite(res.se)
 
 
+def test_loo_handles_tied_largest_ratios():
+    """Half the draws give log-likelihood exactly 0, the rest spread over [-0.05, 0]: the
+    largest importance ratios are tied and bounded, so plain importance sampling is the
+    reference (PSIS smoothing, or the truncated-IS repair when ArviZ's fit breaks, moves
+    it by O(1e-4) at most)."""
+    rng = np.random.default_rng(2)
+    ll = rng.normal(-1.0, 0.3, size=(2, 300, 6))
+    row = -rng.uniform(0, 0.05, size=(2, 300))
+    row[:, ::2] = 0.0
+    ll[:, :, 0] = row
+    res = loo(az.from_dict(log_likelihood={"y": ll}, posterior={"mu": rng.normal(size=(2, 300))}))
+    plain = -np.log(np.mean(np.exp(-row)))
+    assert np.asarray(res.loo_i)[0] == pytest.approx(plain, rel=1e-3)
+    assert np.asarray(res.pareto_k)[0] < 0.5 and np.isfinite(res.elpd_loo)
+
+
 def test_compare_names_the_model_with_high_pareto_k():
     rng = np.random.default_rng(0)
     post = {"mu": rng.normal(size=(2, 200))}
