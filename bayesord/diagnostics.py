@@ -442,7 +442,7 @@ def _psis_loo(idata):
     res["elpd_loo"] = elpd
     res["se"] = float(np.sqrt(loo_i.size * np.var(loo_i.values)))
     res["p_loo"] = lppd - elpd
-    res["warning"] = bool(np.any(k > res["good_k"]))
+    res["warning"] = bool(np.any(k > res.get("good_k", 0.7)))
     return res
 
 
