@@ -17,8 +17,9 @@ likelihood.  :func:`to_inference_data` draws from that Gaussian and writes an
 Draws are independent, so ``r_hat`` is 1 and the effective sample size is the number of
 draws up to Monte Carlo noise; they describe the Laplace approximation, not the exact
 posterior.  PSIS-LOO from these draws estimates the leave-one-out predictive density
-without refitting; ArviZ's Pareto-k warning (k > 0.7) says where that estimate is not
-to be trusted, and :func:`loo` repeats it with the count of such rows.
+without refitting; ArviZ's Pareto-k warning (k above ``min(1 - 1/log10 S, 0.7)`` for
+S draws) says where that estimate is not to be trusted, and :func:`loo` repeats it with
+the count of such rows.
 
 **Adding a model.**  A model takes part by registering a :class:`LaplacePosterior`
 factory with :func:`laplace_posterior` (``@laplace_posterior.register(TheResultType)``):
