@@ -17,8 +17,9 @@ likelihood.  :func:`to_inference_data` draws from that Gaussian and writes an
 Draws are independent, so ``r_hat`` is 1 and the effective sample size is the number of
 draws up to Monte Carlo noise; they describe the Laplace approximation, not the exact
 posterior.  PSIS-LOO from these draws estimates the leave-one-out predictive density
-without refitting; ArviZ's Pareto-k warning (k > 0.7) says where that estimate is not
-to be trusted, and :func:`loo` repeats it with the count of such rows.
+without refitting; ArviZ's Pareto-k warning (k above ``min(1 - 1/log10 S, 0.7)`` for
+S draws) says where that estimate is not to be trusted, and :func:`loo` repeats it with
+the count of such rows.
 
 **Adding a model.**  A model takes part by registering a :class:`LaplacePosterior`
 factory with :func:`laplace_posterior` (``@laplace_posterior.register(TheResultType)``):
@@ -31,7 +32,7 @@ chunking over draws, the groups, LOO) is shared.
 from __future__ import annotations
 
 import warnings
-from functools import partial, singledispatch
+from functools import lru_cache, partial, singledispatch
 from typing import Any, Callable, Mapping, NamedTuple
 
 import jax
@@ -51,11 +52,8 @@ __all__ = [
     "relevance_table",
     "plot_evidence_trace",
     "plot_relevance_vectors",
+    "ACTION_NAMES",
 ]
-
-ACTIONS = ("add", "re-estimate", "delete")
-"""Names of the action codes 0, 1, 2 of a sequential sparse Bayesian iteration."""
-
 
 class LaplacePosterior(NamedTuple):
     """What :func:`to_inference_data` needs from a fitted Bayesian model."""
@@ -81,6 +79,11 @@ class LaplacePosterior(NamedTuple):
     exports of same-shaped data reuse the compiled code."""
     classes: np.ndarray
     """Class labels, lowest first (K,)."""
+    data: Any = None
+    """Arrays ``log_class_probs`` needs besides the parameters (name -> array; e.g. the
+    relevance vectors and kernel width of ISBOR), passed to it with each draw but not
+    written to the InferenceData.  Keeping them out of the function lets one compiled
+    function serve every fit of the same kernel."""
 
 
 @singledispatch
@@ -88,9 +91,11 @@ def laplace_posterior(model, **kwargs) -> LaplacePosterior:
     """The :class:`LaplacePosterior` of a fitted Bayesian model.
 
     Registered for :class:`bayesord.OrdinalProbit`, :class:`bayesord.ProbitResult`,
-    :class:`bayesord.ISBOR` and :class:`bayesord.SBOR` (weights over the relevance
-    vectors; thresholds, sigma and alpha as type-II ML point estimates); other models
-    register their own.
+    :class:`bayesord.ISBOR`, :class:`bayesord.SBOR` and :class:`bayesord.ISBORResult`
+    (weights over the relevance vectors; thresholds, sigma and alpha as type-II ML point
+    estimates; for a result pass ``kernel=``, ``degree=``, ``link=`` as in its
+    :class:`bayesord.ISBORConfig` and optionally ``classes=``); other models register
+    their own.
 
     Raises:
         TypeError: the model has no posterior (margin models: SVMs, perceptrons).
@@ -170,9 +175,54 @@ def _register_estimators():
 _register_estimators()
 
 
+@lru_cache(maxsize=None)
+def _sparse_log_probs(kernel, degree, link):
+    """One draw's log class probabilities of an ISBOR/SBOR fit (one function per kernel)."""
+    from ._basis import kernel_matrix
+
+    def log_probs(params, X):
+        if kernel == "precomputed":
+            Phi = jnp.take(X, params["columns"], axis=1)
+        else:
+            Phi = kernel_matrix(X, params["centres"], params["theta"], kernel, degree)
+        f = Phi @ params["weights"]
+        return log_class_probs(f, jnp.broadcast_to(params["sigma"], f.shape),
+                               params["thresholds"], link)
+
+    return log_probs
+
+
+def _sparse_posterior(result, kernel, degree, link, classes, model_name) -> LaplacePosterior:
+    """The Gaussian over the active relevance-vector weights of an ISBOR/SBOR result."""
+    from ._linalg import chol_inverse
+
+    res = jax.tree_util.tree_map(np.asarray, result)
+    mask = res.mask.astype(bool)
+    rows = res.relevance_index[mask].astype(np.int64)
+    cov = np.asarray(chol_inverse(jnp.asarray(res.chol)), dtype=np.float64)[np.ix_(mask, mask)]
+    k = res.b.shape[0] + 1
+    classes = np.arange(k) if classes is None else np.asarray(classes)
+    if classes.shape != (k,):
+        raise ValueError(f"classes must list the fit's {k} classes, got {classes.shape[0]}")
+    cls = [str(c) for c in classes]
+    coords = {"relevance_vector": [int(i) for i in rows],
+              "cut": [f"{cls[j]}|{cls[j + 1]}" for j in range(k - 1)]}
+    dims = {"weights": ("relevance_vector",), "alpha": ("relevance_vector",),
+            "thresholds": ("cut",), "sigma": ()}
+    fixed = {"thresholds": np.asarray(res.b, dtype=np.float64),
+             "sigma": np.asarray(res.sigma, dtype=np.float64),
+             "alpha": np.asarray(res.alpha, dtype=np.float64)[mask]}
+    data = {"centres": np.asarray(res.centres, dtype=np.float64)[mask],
+            "theta": np.asarray(res.theta, dtype=np.float64),
+            "columns": rows.astype(np.int32)}
+    return LaplacePosterior(model_name, np.asarray(res.w, dtype=np.float64)[mask], cov,
+                            lambda flat: {"weights": flat}, fixed, dims, coords,
+                            _sparse_log_probs(kernel, int(degree), link), classes, data)
+
+
 def _register_sparse_bayes():
     """ISBOR / SBOR: the Laplace posterior over the relevance-vector weights."""
-    from ._basis import kernel_matrix
+    from ._isbor import ISBORResult
     from .estimators._isbor import _SparseBayesOrdinal
 
     @laplace_posterior.register(_SparseBayesOrdinal)
@@ -180,33 +230,13 @@ def _register_sparse_bayes():
         from sklearn.utils.validation import check_is_fitted
 
         check_is_fitted(model, "result_")
-        res, config = model.result_, model._config_
-        mask = np.asarray(res.mask)
-        centres = jnp.asarray(np.asarray(res.centres)[mask])
-        columns = jnp.asarray(model.relevance_indices_)
-        theta = res.theta
+        c = model._config_
+        return _sparse_posterior(model.result_, c.kernel, c.degree, c.link, model.classes_,
+                                 type(model).__name__)
 
-        def log_probs(params, X):
-            if config.kernel == "precomputed":
-                Phi = jnp.take(X, columns, axis=1)
-            else:
-                Phi = kernel_matrix(X, centres, theta, config.kernel, config.degree)
-            f = Phi @ params["weights"]
-            return log_class_probs(f, jnp.broadcast_to(params["sigma"], f.shape),
-                                   params["thresholds"], config.link)
-
-        cls = [str(c) for c in model.classes_]
-        coords = {"relevance_vector": [int(i) for i in model.relevance_indices_],
-                  "cut": [f"{cls[k]}|{cls[k + 1]}" for k in range(len(cls) - 1)]}
-        dims = {"weights": ("relevance_vector",), "alpha": ("relevance_vector",),
-                "thresholds": ("cut",), "sigma": ()}
-        fixed = {"thresholds": np.asarray(model.thresholds_, dtype=np.float64),
-                 "sigma": np.asarray(model.sigma_, dtype=np.float64),
-                 "alpha": np.asarray(model.alpha_, dtype=np.float64)}
-        return LaplacePosterior(type(model).__name__, np.asarray(model.coef_, dtype=np.float64),
-                                np.asarray(model.coef_cov_, dtype=np.float64),
-                                lambda flat: {"weights": flat}, fixed, dims, coords, log_probs,
-                                np.asarray(model.classes_))
+    @laplace_posterior.register(ISBORResult)
+    def _(result, *, kernel="rbf", degree=2, link="probit", classes=None, **kwargs):
+        return _sparse_posterior(result, kernel, degree, link, classes, "ISBORResult")
 
 
 _register_sparse_bayes()
@@ -266,9 +296,11 @@ def to_inference_data(model, X, y, *, draws: int = 500, chains: int = 4, key=Non
     """An :class:`arviz.InferenceData` of a fitted Bayesian model's Laplace posterior.
 
     Args:
-        model: a fitted :class:`bayesord.OrdinalProbit`, or a
-            :class:`bayesord.ProbitResult` (then pass ``link=`` if not "probit", and
-            optionally ``classes=``, ``feature_names=``).
+        model: a fitted :class:`bayesord.OrdinalProbit`, :class:`bayesord.ISBOR` or
+            :class:`bayesord.SBOR`; or a :class:`bayesord.ProbitResult` (then pass
+            ``link=`` if not "probit", and optionally ``classes=``, ``feature_names=``) or
+            an :class:`bayesord.ISBORResult` (then pass ``kernel=``, ``degree=``, ``link=``
+            of its config, and optionally ``classes=``).
         X: inputs whose observed labels are ``y`` (usually the training data), (n, d).
         y: observed labels, shape (n,), in the model's classes.
         draws: draws per chain.
@@ -317,6 +349,9 @@ def to_inference_data(model, X, y, *, draws: int = 500, chains: int = 4, key=Non
 
     keys = jax.random.split(key_pred, n_total)
     fixed = {k: jnp.asarray(v, dtype=flat.dtype) for k, v in post.fixed.items()}
+    for k, v in (post.data or {}).items():
+        v = np.asarray(v)
+        fixed[k] = jnp.asarray(v, dtype=flat.dtype if v.dtype.kind == "f" else v.dtype)
     loglik, pred = _pointwise(post.log_class_probs, block,
                               jax.tree_util.tree_map(jnp.asarray, params), fixed, Xj, yj, keys)
     loglik = np.asarray(loglik, dtype=np.float64)
@@ -347,9 +382,79 @@ def to_inference_data(model, X, y, *, draws: int = 500, chains: int = 4, key=Non
     )
 
 
+FLAT_SPREAD = 1e-3
+"""Rows whose pointwise log-likelihood varies by less than this across draws get the plain
+importance-sampling LOO value and Pareto k = 0 (see :func:`loo`): their importance ratios
+lie within a factor exp(1e-3) of each other, so plain importance sampling is exact to
+O(1e-6) and the ratios, being bounded, have a Pareto shape k <= 0."""
+
+
+def _psis_loo(idata):
+    """``az.loo(pointwise=True)``, repaired where ArviZ's Pareto fit breaks down.
+
+    A row predicted with probability ~1 by every draw has log-likelihood ~0 in all of
+    them, and a sharp fit often gives exactly 0 in many draws: the largest importance
+    ratios are then tied, the Pareto tail fit divides 0 by 0, and ArviZ returns a NaN
+    ``loo_i`` (so a NaN ``elpd_loo``).  Ratios bounded like that need no smoothing:
+
+    * rows with a log-likelihood spread across draws below :data:`FLAT_SPREAD` get the
+      plain importance-sampling value ``-log mean_s exp(-loglik_s)`` (exact to
+      O(spread^2)) and k = 0 (bounded ratios have a Pareto shape k <= 0);
+    * other rows ArviZ leaves non-finite get truncated importance sampling (ratios capped
+      at sqrt(S) times their mean; Ionides 2008); their k is 0 when the tail ArviZ fits
+      (its largest ``min(0.2 S, 3 sqrt(S))`` ratios) is tied at the maximum, else ArviZ's
+      value (inf stays inf, and is flagged by :func:`loo`).
+    """
+    import arviz as az
+    from scipy.special import logsumexp
+
+    ll = idata.log_likelihood["y"]
+    ll = ll.values.reshape(ll.shape[0] * ll.shape[1], -1)  # (draws, rows)
+    s = ll.shape[0]
+    with warnings.catch_warnings():
+        # ArviZ's own warning is repeated by loo() with the count of affected rows; the
+        # divide-by-zero warnings come from the rows repaired below.
+        warnings.filterwarnings("ignore", message="Estimated shape parameter of Pareto")
+        warnings.filterwarnings("ignore", category=RuntimeWarning, module="arviz")
+        res = az.loo(idata, pointwise=True)
+    loo_i = res.loo_i.copy()
+    k = np.array(res.pareto_k, copy=True)
+    flat = (ll.max(0) - ll.min(0)) < FLAT_SPREAD
+    broken = ~flat & (~np.isfinite(loo_i.values) | ~np.isfinite(k)) & np.all(np.isfinite(ll), axis=0)
+    if not np.any(flat | broken):
+        return res
+    # -log mean_s exp(-ll_s), written around the row mean so nothing cancels.
+    mid = ll[:, flat].mean(0)
+    loo_i.values[flat] = mid - np.log1p(np.mean(np.expm1(mid - ll[:, flat]), axis=0))
+    k[flat] = 0.0
+    if np.any(broken):
+        lr = -ll[:, broken]
+        lr = lr - lr.max(0)
+        cap = np.log(np.sqrt(s)) + logsumexp(lr, axis=0) - np.log(s)
+        lw = np.minimum(lr, cap)
+        loo_i.values[broken] = logsumexp(lw + ll[:, broken], axis=0) - logsumexp(lw, axis=0)
+        m_tail = int(np.ceil(min(0.2 * s, 3 * np.sqrt(s))))
+        tied = np.sort(lr, axis=0)[-m_tail] == 0.0
+        k[np.flatnonzero(broken)[tied]] = 0.0
+    lppd = float(np.sum(logsumexp(ll, axis=0) - np.log(s)))
+    elpd = float(np.sum(loo_i.values))
+    res = res.copy()
+    res["loo_i"], res["pareto_k"] = loo_i, res.pareto_k.copy(data=k)
+    res["elpd_loo"] = elpd
+    res["se"] = float(np.sqrt(loo_i.size * np.var(loo_i.values)))
+    res["p_loo"] = lppd - elpd
+    res["warning"] = bool(np.any(k > res.get("good_k", 0.7)))
+    return res
+
+
 def loo(model_or_idata, X=None, y=None, **kwargs):
     """PSIS-LOO of a fitted Bayesian model (or of an InferenceData from
     :func:`to_inference_data`), with the Pareto-k diagnostic surfaced.
+
+    Rows whose log-likelihood is flat across draws, or whose largest importance ratios
+    are tied (predicted with probability ~1 by many draws, common for a sharp ISBOR fit),
+    break ArviZ's Pareto fit (NaN); they get plain or truncated importance sampling
+    instead (see ``_psis_loo`` in the source) and k = 0.
 
     Args:
         model_or_idata: a fitted Bayesian model (then give X, y) or an InferenceData.
@@ -358,11 +463,12 @@ def loo(model_or_idata, X=None, y=None, **kwargs):
         **kwargs: passed to :func:`to_inference_data` (draws, chains, key, ...).
 
     Returns:
-        ArviZ's ``ELPDData`` (pointwise), with ``elpd_loo``, ``p_loo``, ``pareto_k``.
+        ArviZ's ``ELPDData`` (pointwise), with ``elpd_loo``, ``p_loo``, ``pareto_k``,
+        ``good_k`` (ArviZ's threshold ``min(1 - 1/log10(S), 0.7)`` for S draws).
 
     Warns:
-        UserWarning: naming how many rows have Pareto k > 0.7 (their LOO estimate is
-            unreliable; refit without them or use K-fold CV for those rows).
+        UserWarning: naming how many rows have Pareto k above ``good_k`` (their LOO
+            estimate is unreliable; refit without them or use K-fold CV for those rows).
     """
     import arviz as az
 
@@ -371,14 +477,12 @@ def loo(model_or_idata, X=None, y=None, **kwargs):
         if X is None or y is None:
             raise ValueError("give X and y to compute LOO from a fitted model")
         idata = to_inference_data(model_or_idata, X, y, **kwargs)
-    with warnings.catch_warnings():
-        # ArviZ's own warning is repeated below with the count of affected rows.
-        warnings.filterwarnings("ignore", message="Estimated shape parameter of Pareto")
-        res = az.loo(idata, pointwise=True)
+    res = _psis_loo(idata)
     k = np.asarray(res.pareto_k)
-    bad = int(np.sum(k > 0.7))
+    good = float(res.get("good_k", 0.7))
+    bad = int(np.sum(k > good))
     if bad:
-        warnings.warn(f"PSIS-LOO: {bad} of {k.size} rows have Pareto k > 0.7 (max {k.max():.2f}); "
+        warnings.warn(f"PSIS-LOO: {bad} of {k.size} rows have Pareto k > {good:.2f} (max {k.max():.2f}); "
                       "their leave-one-out estimates are unreliable", UserWarning, stacklevel=2)
     return res
 
@@ -394,41 +498,109 @@ def compare(models: Mapping[str, Any], X=None, y=None, **kwargs):
 
     Returns:
         :func:`arviz.compare`'s DataFrame (rank 0 is the best expected log predictive
-        density), after :func:`loo` has warned about any Pareto k > 0.7.
+        density) of the :func:`loo` results, each of which warns about its rows with a
+        high Pareto k; the table's ``warning`` column flags those models.
     """
     import arviz as az
 
     if len(models) < 2:
         raise ValueError("compare needs at least two models")
-    idatas = {}
+    elpds = {}
     for name, m in models.items():
-        idatas[name] = m if isinstance(m, az.InferenceData) else to_inference_data(m, X, y, **kwargs)
-        loo(idatas[name])
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Estimated shape parameter of Pareto")
-        return az.compare(idatas, ic="loo")
+        idata = m if isinstance(m, az.InferenceData) else to_inference_data(m, X, y, **kwargs)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            elpds[name] = loo(idata)
+        for w in caught:
+            warnings.warn(f"{name}: {w.message}", w.category, stacklevel=2)
+    return az.compare(elpds, ic="loo")
 
 
 
 # ------------------------------------------------------------ relevance-vector diagnostics
-# Array-level helpers for the sparse Bayesian kernel models (ISBOR/SBOR): they take the
-# quantities such a fit reports, so they do not depend on its result type.
+# For the sparse Bayesian kernel models (ISBOR/SBOR).  Each helper takes a fitted
+# estimator (bayesord.ISBOR / bayesord.SBOR) or an ISBORResult, or the arrays themselves.
 
 
-def relevance_table(indices, alpha, weights, weights_sd=None):
+def _sparse_fit(obj):
+    """(indices, alpha, weights, weights_sd, evidence trace, action names) of a fit, or None."""
+    from ._isbor import Action, ISBORResult
+    from ._linalg import chol_inverse
+    from .estimators._isbor import _SparseBayesOrdinal
+
+    if isinstance(obj, _SparseBayesOrdinal):
+        from sklearn.utils.validation import check_is_fitted
+
+        check_is_fitted(obj, "result_")
+        res = obj.result_
+    elif isinstance(obj, ISBORResult):
+        res = obj
+    else:
+        return None
+    res = jax.tree_util.tree_map(np.asarray, res)
+    if res.mask.ndim != 1:
+        raise ValueError("a batched (vmapped) ISBORResult holds several fits; pass one of them")
+    mask = res.mask.astype(bool)
+    sd = np.sqrt(np.diag(np.asarray(chol_inverse(jnp.asarray(res.chol))))[mask])
+    n_it = int(res.n_iter)
+    actions = [_action_name(Action(int(a))) for a in res.action_trace[:n_it]]
+    return (res.relevance_index[mask].astype(np.int64), res.alpha[mask], res.w[mask], sd,
+            res.evidence_trace[: n_it + 1], actions)
+
+
+def _action_name(action) -> str:
+    return {"REESTIMATE": "re-estimate"}.get(action.name, action.name.lower())
+
+
+ACTION_NAMES = ("add", "re-estimate", "delete", "prune", "rejected", "none")
+"""The actions an ISBOR/SBOR iteration reports (:class:`bayesord._isbor.Action`), as
+plotted by :func:`plot_evidence_trace`."""
+
+
+def _action_names(actions) -> list:
+    from ._isbor import Action
+
+    out = []
+    for a in np.asarray(actions).tolist():
+        if isinstance(a, str):
+            name = "re-estimate" if a.lower() in ("reestimate", "re-estimate") else a.lower()
+        elif isinstance(a, int) and not isinstance(a, bool) and a in set(Action):
+            name = _action_name(Action(a))
+        else:
+            name = None
+        if name not in ACTION_NAMES:
+            raise ValueError(f"unknown action {a!r}: give names {ACTION_NAMES} or Action codes "
+                             f"{[int(c) for c in Action]}")
+        out.append(name)
+    return out
+
+
+def relevance_table(indices, alpha=None, weights=None, weights_sd=None):
     """One row per relevance vector: its training-row index, precision and weight.
 
+    Call it with a fitted :class:`bayesord.ISBOR` / :class:`bayesord.SBOR` (or an
+    :class:`bayesord.ISBORResult`), ``relevance_table(model)``, or with the arrays.
+
     Args:
-        indices: training-row indices of the relevance vectors, shape (M,).
-        alpha: their prior precisions, shape (M,).
-        weights: their posterior mean weights, shape (M,).
+        indices: a fitted ISBOR/SBOR estimator or result; or the training-row indices of
+            the relevance vectors, shape (M,).
+        alpha: their prior precisions, shape (M,) (arrays form only).
+        weights: their posterior mean weights, shape (M,) (arrays form only).
         weights_sd: posterior standard deviations of the weights, shape (M,) (optional).
 
     Returns:
-        pandas DataFrame indexed by ``row``, sorted by decreasing ``|weight|``.
+        pandas DataFrame indexed by ``row`` with ``alpha``, ``weight`` (and ``weight_sd``),
+        sorted by decreasing ``|weight|``.
     """
     import pandas as pd
 
+    fit = _sparse_fit(indices)
+    if fit is not None:
+        if alpha is not None or weights is not None or weights_sd is not None:
+            raise TypeError("give either a fitted model or the arrays, not both")
+        indices, alpha, weights, weights_sd = fit[:4]
+    elif alpha is None or weights is None:
+        raise TypeError("relevance_table needs a fitted ISBOR/SBOR, or indices, alpha and weights")
     cols = {"row": np.asarray(indices, dtype=np.int64), "alpha": np.asarray(alpha, float),
             "weight": np.asarray(weights, float)}
     if weights_sd is not None:
@@ -442,12 +614,19 @@ def relevance_table(indices, alpha, weights, weights_sd=None):
 
 
 def plot_evidence_trace(log_evidence, actions=None, ax=None):
-    """Log evidence against iteration, coloured by the action taken at each iteration.
+    """Log evidence against iteration, marked by the action taken at each iteration.
+
+    ``plot_evidence_trace(model)`` for a fitted :class:`bayesord.ISBOR` /
+    :class:`bayesord.SBOR` (or an :class:`bayesord.ISBORResult`): iteration 0 is the
+    initial active set, iteration t the state after the t-th action.
 
     Args:
-        log_evidence: log evidence after each iteration, shape (T,).
-        actions: action codes per iteration, shape (T,): 0 add, 1 re-estimate, 2 delete
-            (:data:`ACTIONS`); optional.
+        log_evidence: a fitted ISBOR/SBOR estimator or result; or the log evidence, shape
+            (T,), either after each iteration or with the initial value first (T = number
+            of actions + 1).
+        actions: per iteration (arrays form only), length T or T - 1: names from
+            :data:`ACTION_NAMES` ("reestimate" is accepted too) or
+            :class:`bayesord._isbor.Action` codes; optional.
         ax: a matplotlib Axes (default: a new figure).
 
     Returns:
@@ -455,55 +634,89 @@ def plot_evidence_trace(log_evidence, actions=None, ax=None):
     """
     import matplotlib.pyplot as plt
 
+    fit = _sparse_fit(log_evidence)
+    if fit is not None:
+        if actions is not None:
+            raise TypeError("give either a fitted model or the arrays, not both")
+        log_evidence, actions = fit[4], fit[5]
     ev = np.asarray(log_evidence, dtype=np.float64)
     if ev.ndim != 1:
         raise ValueError(f"log_evidence must be 1-D, got shape {ev.shape}")
+    first = 1
+    if actions is not None:
+        names = _action_names(actions)
+        if len(names) not in (ev.shape[0], ev.shape[0] - 1):
+            raise ValueError(f"actions must have length {ev.shape[0]} or {ev.shape[0] - 1} "
+                             f"(log_evidence has {ev.shape[0]}), got {len(names)}")
+        first = ev.shape[0] - len(names)  # 1: the trace starts with the initial state
+    it = np.arange(ev.shape[0]) + (1 - first)
     if ax is None:
         _, ax = plt.subplots(figsize=(6, 3.5))
-    it = np.arange(1, ev.shape[0] + 1)
     ax.plot(it, ev, color="0.5", linewidth=1)
     if actions is not None:
-        actions = np.asarray(actions)
-        if actions.shape != ev.shape:
-            raise ValueError(f"actions must have shape {ev.shape}, got {actions.shape}")
-        for code, name in enumerate(ACTIONS):
-            sel = actions == code
+        names = np.asarray(names)
+        markers = {"add": "o", "re-estimate": "s", "delete": "v", "prune": "x",
+                   "rejected": ".", "none": "."}
+        for name in ACTION_NAMES:
+            sel = names == name
             if np.any(sel):
-                ax.scatter(it[sel], ev[sel], s=12, label=name, zorder=3)
+                ax.scatter(it[first:][sel], ev[first:][sel], s=14, marker=markers[name],
+                           label=f"{name} ({int(sel.sum())})", zorder=3)
         ax.legend(fontsize=8)
     ax.set_xlabel("iteration")
     ax.set_ylabel("log evidence")
     return ax
 
 
-def plot_relevance_vectors(X, y, indices, ax=None):
+def plot_relevance_vectors(X, y, indices, ax=None, regions=True, resolution=150):
     """Training data in 2-D coloured by class, relevance vectors circled.
+
+    ``plot_relevance_vectors(X, y, model)`` for a fitted :class:`bayesord.ISBOR` /
+    :class:`bayesord.SBOR` also shades the class the model predicts over the plane.
 
     Args:
         X: training inputs, shape (n, 2).
         y: training labels, shape (n,).
-        indices: training-row indices of the relevance vectors.
+        indices: a fitted ISBOR/SBOR estimator (or an ISBORResult), or the training-row
+            indices of the relevance vectors.
         ax: a matplotlib Axes (default: a new figure).
+        regions: with a fitted estimator, shade its predicted classes.
+        resolution: grid points per axis for the shading.
 
     Returns:
         The matplotlib Axes.
     """
     import matplotlib.pyplot as plt
 
+    from .estimators._isbor import _SparseBayesOrdinal
+
     X = np.asarray(X, dtype=np.float64)
     if X.ndim != 2 or X.shape[1] != 2:
         raise ValueError(f"plot_relevance_vectors draws 2-D inputs, got X of shape {X.shape}")
     y = np.asarray(y)
-    idx = np.asarray(indices, dtype=np.int64)
     if y.shape != (X.shape[0],):
         raise ValueError(f"y must have shape ({X.shape[0]},), got {y.shape}")
+    model = indices if isinstance(indices, _SparseBayesOrdinal) else None
+    fit = _sparse_fit(indices)
+    idx = fit[0] if fit is not None else np.asarray(indices, dtype=np.int64)
     if idx.size and (idx.min() < 0 or idx.max() >= X.shape[0]):
         raise ValueError("relevance indices must be rows of X")
     if ax is None:
         _, ax = plt.subplots(figsize=(5, 5))
-    for c in np.unique(y):
+    classes = np.unique(y) if model is None else np.asarray(model.classes_)
+    colours = plt.get_cmap("viridis")(np.linspace(0, 1, len(classes)))
+    if model is not None and regions:
+        lo, hi = X.min(0), X.max(0)
+        pad = 0.02 * (hi - lo)
+        g0, g1 = np.meshgrid(np.linspace(lo[0] - pad[0], hi[0] + pad[0], resolution),
+                             np.linspace(lo[1] - pad[1], hi[1] + pad[1], resolution))
+        codes = model._encode_y(model.predict(np.column_stack([g0.ravel(), g1.ravel()])), g0.size)
+        ax.contourf(g0, g1, codes.reshape(g0.shape), levels=np.arange(len(classes) + 1) - 0.5,
+                    colors=colours, alpha=0.2)
+    for colour, c in zip(colours, classes):
         sel = y == c
-        ax.scatter(X[sel, 0], X[sel, 1], s=8, label=f"y = {c}")
+        if np.any(sel):
+            ax.scatter(X[sel, 0], X[sel, 1], s=8, color=colour, label=f"y = {c}")
     ax.scatter(X[idx, 0], X[idx, 1], s=80, facecolors="none", edgecolors="k",
                label=f"relevance vectors ({idx.size})")
     ax.legend(fontsize=8)

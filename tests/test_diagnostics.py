@@ -141,7 +141,7 @@ def test_loo_surfaces_pareto_k():
     ll = rng.normal(-1.0, 0.1, size=(2, 200, 30))
     ll[:, :, 0] = -np.exp(rng.normal(0, 3.0, size=(2, 200)))  # one row with a heavy tail
     idata = az.from_dict(log_likelihood={"y": ll}, posterior={"mu": rng.normal(size=(2, 200))})
-    with pytest.warns(UserWarning, match=r"1 of 30 rows have Pareto k > 0.7"):
+    with pytest.warns(UserWarning, match=r"1 of 30 rows have Pareto k > 0\.6"):
         loo(idata)
 
 
@@ -185,6 +185,7 @@ def test_relevance_table_and_plots():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from bayesord._isbor import Action
     from bayesord.diagnostics import plot_evidence_trace, plot_relevance_vectors, relevance_table
 
     table = relevance_table([4, 9, 1], [2.0, 0.5, 1.0], [0.1, -3.0, 1.0], [0.2, 0.3, 0.1])
@@ -192,13 +193,132 @@ def test_relevance_table_and_plots():
     assert table.loc[9, "alpha"] == 0.5 and table.loc[4, "weight_sd"] == 0.2
     with pytest.raises(ValueError, match="one length"):
         relevance_table([1, 2], [1.0], [1.0, 2.0])
-    ax = plot_evidence_trace([-10.0, -8.0, -7.5, -7.4], actions=[0, 0, 1, 2])
-    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["add", "re-estimate", "delete"]
-    with pytest.raises(ValueError, match="actions"):
-        plot_evidence_trace([-1.0, -0.5], actions=[0])
+    with pytest.raises(TypeError, match="fitted ISBOR"):
+        relevance_table([1, 2])
+    # Action codes are those of bayesord._isbor.Action; names work too.
+    codes = [Action.ADD, Action.ADD, Action.REESTIMATE, Action.DELETE]
+    ax = plot_evidence_trace([-10.0, -8.0, -7.5, -7.4], actions=[int(c) for c in codes])
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+        "add (2)", "re-estimate (1)", "delete (1)"]
+    # With the initial value first (T = actions + 1), iterations start at 0.
+    ax = plot_evidence_trace([-12.0, -10.0, -9.0], actions=["add", "reestimate"])
+    np.testing.assert_array_equal(ax.lines[0].get_xdata(), [0, 1, 2])
+    np.testing.assert_array_equal(ax.collections[0].get_offsets(), [[1, -10.0]])
+    with pytest.raises(ValueError, match="actions must have length"):
+        plot_evidence_trace([-1.0, -0.5, -0.2], actions=[1])
+    with pytest.raises(ValueError, match="unknown action"):
+        plot_evidence_trace([-1.0, -0.5], actions=["grow", "add"])
     X = np.random.default_rng(0).normal(size=(30, 2))
     ax = plot_relevance_vectors(X, np.arange(30) % 3, [0, 5, 7])
     assert ax.get_legend().get_texts()[-1].get_text() == "relevance vectors (3)"
     with pytest.raises(ValueError, match="2-D"):
         plot_relevance_vectors(np.zeros((5, 3)), np.zeros(5), [0])
     plt.close("all")
+
+
+# ---------------------------------------------------------------- wired to fitted ISBOR
+# Same data, shapes and settings as tests/test_isbor_estimator.py, so the compiled solver
+# is shared when both files run in one session.
+
+
+@pytest.fixture(scope="module")
+def isbor_fit():
+    from test_isbor import tiny_data  # tests/ is on sys.path (pytest prepend import mode)
+
+    from bayesord import ISBOR
+
+    X, y = tiny_data()
+    return ISBOR(theta=1.0, capacity=16, max_iter=60, random_state=0).fit(X, y), X, y
+
+
+def test_relevance_helpers_accept_a_fitted_isbor(isbor_fit):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from bayesord.diagnostics import plot_evidence_trace, plot_relevance_vectors, relevance_table
+
+    model, X, y = isbor_fit
+    table = relevance_table(model)
+    ref = relevance_table(model.relevance_indices_, model.alpha_, model.coef_,
+                          np.sqrt(np.diag(model.coef_cov_)))
+    assert len(table) == len(model.relevance_indices_)
+    np.testing.assert_allclose(table.to_numpy(), ref.to_numpy(), rtol=1e-10)
+    assert list(table.index) == list(ref.index)
+    # The functional result gives the same table.
+    np.testing.assert_allclose(relevance_table(model.result_).to_numpy(), ref.to_numpy(), rtol=1e-10)
+    with pytest.raises(TypeError, match="not both"):
+        relevance_table(model, [1.0])
+
+    ax = plot_evidence_trace(model)
+    np.testing.assert_array_equal(ax.lines[0].get_xdata(), np.arange(model.n_iter_ + 1))
+    np.testing.assert_allclose(ax.lines[0].get_ydata(), model.evidence_trace_)
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert f"add ({model.actions_.count('add')})" in labels
+    assert sum(int(s.split("(")[1][:-1]) for s in labels) == model.n_iter_
+
+    ax = plot_relevance_vectors(X, y, model)
+    circled = ax.collections[-1].get_offsets()
+    np.testing.assert_allclose(circled, X[model.relevance_indices_])
+    assert len(ax.collections) > 4  # the predicted-class shading is drawn under the points
+    plt.close("all")
+
+
+def test_isbor_result_exports_like_the_estimator(isbor_fit):
+    model, X, y = isbor_fit
+    a = to_inference_data(model, X, y, draws=50, chains=2, key=5)
+    b = to_inference_data(model.result_, X, y, draws=50, chains=2, key=5, kernel="rbf")
+    np.testing.assert_allclose(a.log_likelihood["y"].values, b.log_likelihood["y"].values, rtol=1e-12)
+    np.testing.assert_array_equal(a.posterior["weights"].coords["relevance_vector"].values,
+                                  model.relevance_indices_)
+
+
+def test_loo_handles_rows_with_flat_log_likelihood():
+    """Rows every draw predicts with probability ~1 break ArviZ's Pareto fit; loo() gives
+    them the plain importance-sampling value, checked against ArviZ on the other rows."""
+    rng = np.random.default_rng(1)
+    ll = rng.normal(-1.0, 0.3, size=(2, 300, 12))
+    ll[:, :, :4] = -np.abs(rng.normal(0, 1e-9, size=(2, 300, 4)))  # p(y_i) ~ 1 in every draw
+    post = {"mu": rng.normal(size=(2, 300))}
+    res = loo(az.from_dict(log_likelihood={"y": ll}, posterior=post))
+    rest = az.loo(az.from_dict(log_likelihood={"y": ll[:, :, 4:]}, posterior=post), pointwise=True)
+    flat = ll[:, :, :4].reshape(600, 4)
+    plain = -np.log1p(np.mean(np.expm1(-flat), axis=0))  # -log mean exp(-loglik), no cancellation
+    np.testing.assert_allclose(np.asarray(res.loo_i)[:4], plain, rtol=1e-9)
+    np.testing.assert_allclose(np.asarray(res.loo_i)[4:], np.asarray(rest.loo_i), rtol=1e-12)
+    assert res.elpd_loo == pytest.approx(rest.elpd_loo + plain.sum(), rel=1e-12)
+    lppd = np.sum(np.log(np.mean(np.exp(ll.reshape(600, 12)), axis=0)))
+    assert res.p_loo == pytest.approx(lppd - res.elpd_loo, rel=1e-10)
+    np.testing.assert_array_equal(np.asarray(res.pareto_k)[:4], 0.0)
+    assert np.isfinite(res.se)
+
+
+def test_loo_handles_tied_largest_ratios():
+    """Half the draws give log-likelihood exactly 0, the rest spread over [-0.05, 0]: the
+    largest importance ratios are tied and bounded, so plain importance sampling is the
+    reference (PSIS smoothing, or the truncated-IS repair when ArviZ's fit breaks, moves
+    it by O(1e-4) at most)."""
+    rng = np.random.default_rng(2)
+    ll = rng.normal(-1.0, 0.3, size=(2, 300, 6))
+    row = -rng.uniform(0, 0.05, size=(2, 300))
+    row[:, ::2] = 0.0
+    ll[:, :, 0] = row
+    res = loo(az.from_dict(log_likelihood={"y": ll}, posterior={"mu": rng.normal(size=(2, 300))}))
+    plain = -np.log(np.mean(np.exp(-row)))
+    assert np.asarray(res.loo_i)[0] == pytest.approx(plain, rel=1e-3)
+    assert np.asarray(res.pareto_k)[0] < 0.5 and np.isfinite(res.elpd_loo)
+
+
+def test_compare_names_the_model_with_high_pareto_k():
+    rng = np.random.default_rng(0)
+    post = {"mu": rng.normal(size=(2, 200))}
+    good = rng.normal(-1.0, 0.1, size=(2, 200, 30))
+    bad = good.copy()
+    bad[:, :, 0] = -np.exp(rng.normal(0, 3.0, size=(2, 200)))
+    idatas = {"good": az.from_dict(log_likelihood={"y": good}, posterior=post),
+              "heavy": az.from_dict(log_likelihood={"y": bad}, posterior=post)}
+    with pytest.warns(UserWarning, match=r"heavy: PSIS-LOO: 1 of 30 rows"):
+        table = compare(idatas)
+    assert table.loc["heavy", "warning"] and not table.loc["good", "warning"]
+    assert table.index[0] == "good"
