@@ -105,7 +105,7 @@ def kmeanspp_indices(X, key, m: int):
     """
     n = X.shape[0]
     k0, key = jax.random.split(key)
-    first = jax.random.randint(k0, (), 0, n)
+    first = jax.random.randint(k0, (), 0, n, dtype=jnp.int32)
 
     def body(i, carry):
         idx, d2, key = carry
@@ -113,7 +113,7 @@ def kmeanspp_indices(X, key, m: int):
         logits = jnp.where(d2 > 0, jnp.log(jnp.where(d2 > 0, d2, 1.0)), -jnp.inf)
         # All remaining points coincide with chosen centres: fall back to uniform over them.
         logits = jnp.where(jnp.all(d2 <= 0), jnp.where(d2 < 0, -jnp.inf, 0.0), logits)
-        j = jax.random.categorical(sub, logits)
+        j = jax.random.categorical(sub, logits).astype(jnp.int32)
         d_new = jnp.sum((X - X[j]) ** 2, axis=1)
         d2 = jnp.where(d2 < 0, d2, jnp.minimum(d2, d_new)).at[j].set(-1.0)
         return idx.at[i].set(j), d2, key
