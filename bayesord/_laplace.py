@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._likelihood import ordinal_loglik, ordinal_terms
+from ._likelihood import ordinal_loglik, ordinal_ratios, ordinal_terms, terms_from_ratios
 from ._linalg import chol_logdet, chol_solve, safe_cholesky
 from ._status import Status
 
@@ -73,14 +73,16 @@ def _precision(Phi, weights, d_ff, alpha):
     return (Phi * h[:, None]).T @ Phi + jnp.diag(alpha)
 
 
-def _gram(Phi_t, h, extra):
-    """``Phi^T [diag(h) Phi, E]`` from the sample-major ``Phi_t = Phi^T`` (m, n) and ``E^T``.
+def _gram(Phi, h, extra):
+    """``Phi^T [diag(h) Phi, E]`` in one matrix product, shape (m, m + e).
 
-    ``extra`` holds the rows of ``E^T`` (shape (e, n)); the result is (m, m + e).  Both
-    operands of the one matrix product run along the samples contiguously, which on CPU is
-    faster than contracting the long axis of a row-major ``Phi``.
+    ``extra`` is ``E``, shape (n, e): the columns that share the pass over ``Phi`` (the
+    gradient, the cross block with the thresholds).  Row-major ``Phi`` is contracted along
+    its long axis directly; on XLA:CPU this beat transposing it once and contracting the
+    sample-major copy (n = 1e5, m = 20, e = 5 on two AMD EPYC cores: 4.7 ms against 10.6 ms,
+    besides the 6 ms transpose).
     """
-    return Phi_t @ jnp.concatenate([Phi_t * h[None, :], extra], axis=0).T
+    return Phi.T @ jnp.concatenate([Phi * h[:, None], extra], axis=1)
 
 
 def _log_post(w, Phi, y, weights, b, sigma, alpha, link):
@@ -93,87 +95,92 @@ def _termination(decrement, value, rtol):
     return 0.5 * decrement <= rtol * (1.0 + jnp.abs(value))
 
 
-def _line_search(evaluate, x, step, value, aux, slope, skip):
-    """Backtracking (Armijo) from the full Newton step.
-
-    The loop starts at ``t = 2`` with a failing value, so its first pass tries ``t = 1``
-    and ``evaluate`` is traced once; ``skip`` (the solver is stopping anyway) runs no pass.
-    Returns ``(t, ok, value, aux)`` at the accepted point (the inputs' ``value, aux`` when
-    none is accepted).
-    """
-
-    def accepted(t, new_val):
-        return jnp.isfinite(new_val) & (new_val >= value + _ARMIJO * t * slope)
-
-    def cond(c):
-        t, new_val, _, k = c
-        return ~accepted(t, new_val) & (k <= _MAX_HALVINGS)
-
-    def body(c):
-        t, _, _, k = c
-        t = 0.5 * t
-        new_val, new_aux = evaluate(x + t * step)
-        return t, new_val, new_aux, k + 1
-
-    init = (jnp.asarray(2.0, value.dtype), jnp.asarray(-jnp.inf, value.dtype), aux,
-            jnp.where(skip, _MAX_HALVINGS + 1, 0))
-    t, new_val, new_aux, _ = jax.lax.while_loop(cond, body, init)
-    ok = accepted(t, new_val)
-    keep = lambda new, old: jnp.where(ok, new, old)
-    return t, ok, keep(new_val, value), jax.tree_util.tree_map(keep, new_aux, aux)
+class _NewtonState(NamedTuple):
+    x: jax.Array  # last accepted point
+    value: jax.Array  # objective there
+    grad: jax.Array
+    chol: jax.Array  # Cholesky factor of the precision at x
+    step: jax.Array  # Newton step from x
+    decrement: jax.Array  # grad @ step
+    t: jax.Array  # step length of the next trial
+    halvings: jax.Array
+    n_iter: jax.Array
+    pending: jax.Array  # the decrement met the tolerance: the next trial is the polishing step
+    first: jax.Array
+    done: jax.Array
+    status: jax.Array
 
 
 def _newton(evaluate, derivatives, x0, rtol, max_iter):
     """Damped Newton ascent shared by the MAP solvers.
 
     ``evaluate(x) -> (value, aux)`` gives the objective (``-inf`` where x is infeasible)
-    and whatever per-sample quantities the derivatives need (the likelihood terms);
-    ``derivatives(x, aux) -> (grad, precision)`` with ``precision`` the negative Hessian.
-    The line search evaluates trial points, and the accepted point's ``aux`` is carried to
-    the next pass, so each Newton pass costs one evaluation plus the matrix products.
-    Once the Newton decrement meets the tolerance, one more (polishing) step is taken and
-    the loop ends after forming the derivatives there: the quadratic convergence of that
-    last step makes ``x`` accurate enough for implicit differentiation, and the returned
-    Cholesky factor belongs to the returned point.
+    and whatever per-sample quantities the derivatives need; ``derivatives(x, aux) ->
+    (grad, precision)`` with ``precision`` the negative Hessian.
+
+    One flat loop: each pass evaluates one trial point ``x + t * step``.  An accepted trial
+    (Armijo's condition) becomes the new point and its derivatives are formed at once from
+    the same ``aux``, so nothing per-sample is carried between passes and the objective and
+    its derivatives appear once each in the compiled program; a rejected trial halves ``t``
+    (backtracking, at most ``_MAX_HALVINGS`` times).  Once the Newton decrement meets the
+    tolerance, one more (polishing) step is taken and the loop ends after forming the
+    derivatives there: the quadratic convergence of that last step makes ``x`` accurate
+    enough for implicit differentiation, and the returned Cholesky factor belongs to the
+    returned point.  The polishing step is accepted unless it lowers the objective by more
+    than the tolerance (its gain is below rounding there); a worse one is dropped.
 
     Returns:
         (x, value, chol, n_iter, converged, status).
     """
     dtype = x0.dtype
 
-    def cond(c):
-        return ~c[5]
-
-    def body(c):
-        x, value, aux, _, it, _, _, pending = c
+    def accept_point(c, x, value, aux):
         grad, prec = derivatives(x, aux)
         L, ok = safe_cholesky(prec)
         step = chol_solve(L, grad)
         decrement = grad @ step
-        finite = jnp.isfinite(value) & jnp.all(jnp.isfinite(grad))
         finished = _termination(decrement, value, rtol)
-        capped = it >= max_iter
-        stopping = pending | ~finite | ~ok | capped
-        t, ls_ok, new_value, new_aux = _line_search(evaluate, x, step, value, aux, decrement,
-                                                    stopping)
-        stop = stopping | ~ls_ok
-        status = jnp.where(
-            ~finite, Status.NONFINITE,
-            jnp.where(~ok, Status.NOT_POSITIVE_DEFINITE,
-                      jnp.where(pending | finished, Status.SUCCESS,
-                                jnp.where(capped, Status.MAX_ITER,
-                                          jnp.where(ls_ok, Status.SUCCESS, Status.LINESEARCH_FAILED)))))
-        keep = lambda new, old: jnp.where(stop, old, new)
-        return (keep(x + t * step, x), keep(new_value, value),
-                jax.tree_util.tree_map(keep, new_aux, aux), L, it + (~stop).astype(jnp.int32),
-                stop, status.astype(jnp.int32), finished & ~stop)
+        capped = c.n_iter >= max_iter
+        finite = jnp.isfinite(value) & jnp.all(jnp.isfinite(grad))
+        status = jnp.where(~finite, Status.NONFINITE,
+                           jnp.where(~ok, Status.NOT_POSITIVE_DEFINITE,
+                                     jnp.where(c.pending | finished | ~capped, Status.SUCCESS,
+                                               Status.MAX_ITER)))
+        done = c.pending | ~finite | ~ok | capped
+        return c._replace(x=x, value=value, grad=grad, chol=L, step=step, decrement=decrement,
+                          t=jnp.ones((), dtype), halvings=jnp.zeros((), jnp.int32),
+                          pending=finished, first=jnp.zeros((), bool), done=done,
+                          status=status.astype(jnp.int32))
+
+    def reject_point(c):
+        halvings = c.halvings + 1
+        failed = c.pending | (halvings > _MAX_HALVINGS)
+        status = jnp.where(c.pending, Status.SUCCESS, Status.LINESEARCH_FAILED)
+        return c._replace(t=0.5 * c.t, halvings=halvings, done=failed,
+                          status=jnp.where(failed, status, c.status).astype(jnp.int32))
+
+    def body(c):
+        x = c.x + c.t * c.step
+        value, aux = evaluate(x)
+        # The polishing step's gain (half the decrement) is below the tolerance, where the
+        # objective's rounding can hide it: it only has to stay within that tolerance.
+        floor = jnp.where(c.pending, c.value - rtol * (1.0 + jnp.abs(c.value)),
+                          c.value + _ARMIJO * c.t * c.decrement)
+        accepted = c.first | (jnp.isfinite(value) & (value >= floor))
+        moved = accepted & ~c.first
+        c = c._replace(n_iter=c.n_iter + moved.astype(jnp.int32))
+        return jax.lax.cond(accepted, lambda: accept_point(c, x, value, aux), lambda: reject_point(c))
 
     n = x0.shape[0]
-    value0, aux0 = evaluate(x0)
-    init = (x0, value0, aux0, jnp.eye(n, dtype=dtype), jnp.zeros((), jnp.int32),
-            jnp.zeros((), bool), jnp.asarray(Status.SUCCESS, jnp.int32), jnp.zeros((), bool))
-    x, value, _, L, n_iter, _, status, _ = jax.lax.while_loop(cond, body, init)
-    return x, value, L, n_iter, status == Status.SUCCESS, status
+    zero = jnp.zeros((), dtype)
+    init = _NewtonState(
+        x=x0, value=jnp.asarray(-jnp.inf, dtype), grad=jnp.zeros_like(x0),
+        chol=jnp.eye(n, dtype=dtype), step=jnp.zeros_like(x0), decrement=zero, t=zero,
+        halvings=jnp.zeros((), jnp.int32), n_iter=jnp.zeros((), jnp.int32),
+        pending=jnp.zeros((), bool), first=jnp.ones((), bool), done=jnp.zeros((), bool),
+        status=jnp.asarray(Status.SUCCESS, jnp.int32))
+    c = jax.lax.while_loop(lambda c: ~c.done, body, init)
+    return c.x, c.value, c.chol, c.n_iter, c.status == Status.SUCCESS, c.status
 
 
 @partial(jax.jit, static_argnames=("link", "max_iter"))
@@ -196,14 +203,14 @@ def newton_map(Phi, y, weights, b, sigma, alpha, w0, rtol, *, link="probit", max
         :class:`NewtonResult`.
     """
     m = Phi.shape[1]
-    Phi_t = Phi.T  # materialised once, outside the Newton loop (see _gram)
 
     def evaluate(w):
-        t = ordinal_terms(w @ Phi_t, y, b, sigma, link)
-        return jnp.sum(weights * t.logp) - 0.5 * jnp.sum(alpha * w * w), t
+        r = ordinal_ratios(Phi @ w, y, b, sigma, link)
+        return jnp.sum(weights * r[0]) - 0.5 * jnp.sum(alpha * w * w), r
 
-    def derivatives(w, t):
-        rows = _gram(Phi_t, -weights * t.d_ff, (weights * t.d_f)[None, :])
+    def derivatives(w, r):
+        t = terms_from_ratios(Phi @ w, y, b, sigma, *r, link)
+        rows = _gram(Phi, -weights * t.d_ff, (weights * t.d_f)[:, None])
         return rows[:, m] - alpha * w, rows[:, :m] + jnp.diag(alpha)
 
     w, value, L, n_iter, converged, status = _newton(evaluate, derivatives, w0.astype(Phi.dtype),
@@ -290,22 +297,22 @@ class JointResult(NamedTuple):
     """A :class:`bayesord._status.Status` code."""
 
 
-def _joint_derivatives(Phi_t, y, weights, t, w, n_thr, alpha):
+def _joint_derivatives(Phi, y, weights, t, w, n_thr, alpha):
     """Gradient and negative Hessian of the joint log posterior over (w, b).
 
     ``t`` are the per-sample :class:`OrdinalTerms` at ``(Phi w, b)`` with ``n_thr``
-    thresholds and ``Phi_t = Phi^T``.  The rows for ``w`` (``Phi^T H Phi``, the cross block
+    thresholds.  The rows for ``w`` (``Phi^T H Phi``, the cross block
     with the thresholds and the gradient) come from one matrix product (:func:`_gram`); the
     threshold block from segment sums over the classes.
     """
-    m = Phi_t.shape[0]
+    m = Phi.shape[1]
     lo_idx = jnp.where(y >= 1, y - 1, n_thr)  # index n_thr collects the (zero) infinite ends
     hi_idx = jnp.where(y <= n_thr - 1, y, n_thr)
     seg = lambda v, idx: jax.ops.segment_sum(weights * v, idx, num_segments=n_thr + 1)[:n_thr]
-    k = jnp.arange(n_thr)[:, None]
-    cross = (jnp.where(lo_idx[None, :] == k, weights * t.d_flo, 0.0)
-             + jnp.where(hi_idx[None, :] == k, weights * t.d_fhi, 0.0))
-    rows = _gram(Phi_t, weights * t.d_ff, jnp.concatenate([cross, (weights * t.d_f)[None, :]]))
+    k = jnp.arange(n_thr)[None, :]
+    cross = (jnp.where(lo_idx[:, None] == k, (weights * t.d_flo)[:, None], 0.0)
+             + jnp.where(hi_idx[:, None] == k, (weights * t.d_fhi)[:, None], 0.0))
+    rows = _gram(Phi, weights * t.d_ff, jnp.concatenate([cross, (weights * t.d_f)[:, None]], 1))
     h_ww = rows[:, :m] - jnp.diag(alpha)
     h_wb = rows[:, m:m + n_thr]
     g_w = rows[:, -1] - alpha * w
@@ -335,16 +342,17 @@ def newton_map_joint(Phi, y, weights, b0, sigma, alpha, w0, rtol, *, link="probi
     m = Phi.shape[1]
 
     n_thr = b0.shape[0]
-    Phi_t = Phi.T  # materialised once, outside the Newton loop (see _gram)
 
     def evaluate(x):
         w, b = x[:m], x[m:]
-        t = ordinal_terms(w @ Phi_t, y, b, sigma, link)
-        value = jnp.sum(weights * t.logp) - 0.5 * jnp.sum(alpha * w * w)
-        return jnp.where(jnp.all(jnp.diff(b) > 0), value, -jnp.inf), t
+        r = ordinal_ratios(Phi @ w, y, b, sigma, link)
+        value = jnp.sum(weights * r[0]) - 0.5 * jnp.sum(alpha * w * w)
+        return jnp.where(jnp.all(jnp.diff(b) > 0), value, -jnp.inf), r
 
-    def derivatives(x, t):
-        return _joint_derivatives(Phi_t, y, weights, t, x[:m], n_thr, alpha)
+    def derivatives(x, r):
+        w, b = x[:m], x[m:]
+        t = terms_from_ratios(Phi @ w, y, b, sigma, *r, link)
+        return _joint_derivatives(Phi, y, weights, t, w, n_thr, alpha)
 
     x0 = jnp.concatenate([w0, b0]).astype(Phi.dtype)
     x, value, L, n_iter, converged, status = _newton(evaluate, derivatives, x0, rtol, max_iter)

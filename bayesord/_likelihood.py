@@ -42,6 +42,8 @@ __all__ = [
     "log_interval",
     "OrdinalTerms",
     "ordinal_terms",
+    "ordinal_ratios",
+    "terms_from_ratios",
     "ordinal_loglik",
     "log_class_probs",
     "log_cumulative_probs",
@@ -176,6 +178,43 @@ def _logp_from_uv(u, v, lo_inf, hi_inf, link):
     return la + jnp.where(c_inf, 0.0, log1mexp(lc - la))
 
 
+def ordinal_ratios(f, y, b, sigma, link: str = "probit"):
+    """The transcendental part of :func:`ordinal_terms`: ``(logp, lam_u, lam_v)``.
+
+    ``lam_u = f(u)/P`` and ``lam_v = f(v)/P`` (zero at an infinite threshold).  Every
+    derivative in :class:`OrdinalTerms` is an algebraic function of these and of ``(u, v)``
+    (:func:`terms_from_ratios`), so an iterative solver can carry three arrays per sample
+    between a line search and the next derivative pass instead of ten.
+    """
+    u, v, lo_inf, hi_inf = _standardise(f, y, b, sigma)
+    logp = _logp_from_uv(u, v, lo_inf, hi_inf, link)
+    lam_u = jnp.where(hi_inf, 0.0, jnp.exp(log_pdf(u, link) - logp))
+    lam_v = jnp.where(lo_inf, 0.0, jnp.exp(log_pdf(v, link) - logp))
+    return logp, lam_u, lam_v
+
+
+def terms_from_ratios(f, y, b, sigma, logp, lam_u, lam_v, link: str = "probit") -> OrdinalTerms:
+    """:class:`OrdinalTerms` from :func:`ordinal_ratios` evaluated at the same ``(f, b, sigma)``."""
+    u, v, _, _ = _standardise(f, y, b, sigma)
+    g_u, g_v = _dlog_pdf(u, link), _dlog_pdf(v, link)
+    p_uu = lam_u * g_u - lam_u * lam_u
+    p_vv = -lam_v * g_v - lam_v * lam_v
+    p_uv = lam_u * lam_v
+    s2 = sigma * sigma
+    return OrdinalTerms(
+        logp=logp,
+        d_f=-(lam_u - lam_v) / sigma,
+        d_lo=-lam_v / sigma,
+        d_hi=lam_u / sigma,
+        d_ff=-((lam_u - lam_v) ** 2 - g_u * lam_u + g_v * lam_v) / s2,
+        d_flo=-(p_uv + p_vv) / s2,
+        d_fhi=-(p_uu + p_uv) / s2,
+        d_lolo=p_vv / s2,
+        d_hihi=p_uu / s2,
+        d_lohi=p_uv / s2,
+    )
+
+
 def ordinal_terms(f, y, b, sigma, link: str = "probit") -> OrdinalTerms:
     """Log-likelihood of each sample and its analytic first and second derivatives.
 
@@ -190,26 +229,7 @@ def ordinal_terms(f, y, b, sigma, link: str = "probit") -> OrdinalTerms:
         :class:`OrdinalTerms`; all entries finite for standardised arguments up to at
         least 40 in magnitude (float64).
     """
-    u, v, lo_inf, hi_inf = _standardise(f, y, b, sigma)
-    logp = _logp_from_uv(u, v, lo_inf, hi_inf, link)
-    lam_u = jnp.where(hi_inf, 0.0, jnp.exp(log_pdf(u, link) - logp))
-    lam_v = jnp.where(lo_inf, 0.0, jnp.exp(log_pdf(v, link) - logp))
-    p_uu = lam_u * _dlog_pdf(u, link) - lam_u * lam_u
-    p_vv = -lam_v * _dlog_pdf(v, link) - lam_v * lam_v
-    p_uv = lam_u * lam_v
-    s2 = sigma * sigma
-    return OrdinalTerms(
-        logp=logp,
-        d_f=-(lam_u - lam_v) / sigma,
-        d_lo=-lam_v / sigma,
-        d_hi=lam_u / sigma,
-        d_ff=-((lam_u - lam_v) ** 2 - _dlog_pdf(u, link) * lam_u + _dlog_pdf(v, link) * lam_v) / s2,
-        d_flo=-(p_uv + p_vv) / s2,
-        d_fhi=-(p_uu + p_uv) / s2,
-        d_lolo=p_vv / s2,
-        d_hihi=p_uu / s2,
-        d_lohi=p_uv / s2,
-    )
+    return terms_from_ratios(f, y, b, sigma, *ordinal_ratios(f, y, b, sigma, link), link)
 
 
 def ordinal_loglik(f, y, b, sigma, link: str = "probit", weights=None):

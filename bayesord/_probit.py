@@ -57,7 +57,8 @@ __all__ = [
 ]
 
 _LOG_ALPHA_BOUNDS = (-25.0, 25.0)
-_SCALE_ROWS = 8192  # rows used to size the Newton start (see _initial_scale)
+_SCALE_ROWS = 8192  # rows used to size the Newton start (see _initial_scale, _pilot_start)
+_PILOT_MIN_ROWS = 4 * _SCALE_ROWS  # from this n on, a subsample's MAP starts Newton
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,6 +211,44 @@ def _initial_scale(f0, y, weights, b0, alpha, w0, link, max_iter=10):
     return jax.lax.while_loop(cond, body, init)[1]
 
 
+def _strided(X, y, weights, rows):
+    """Every ``stride``-th row (at most about ``rows`` of them), with the weights scaled up so
+    the subsample carries the full sample's total weight (the prior keeps its strength)."""
+    stride = max(1, X.shape[0] // rows)
+    w = weights[::stride]
+    w = w * (jnp.sum(weights) / jnp.maximum(jnp.sum(w), jnp.finfo(w.dtype).tiny))
+    return X[::stride], y[::stride], w
+
+
+def _scaled_start(X, y, weights, alpha, link, n_classes):
+    """Newton start ``(c w0, c b0)``: thresholds at the class frequencies, the ridge start of
+    :func:`_initial_weights`, and the common scale of :func:`_initial_scale` (sized on at
+    most ``_SCALE_ROWS`` rows)."""
+    b0 = _initial_thresholds(y, weights, n_classes, link, X.dtype)
+    w0 = _initial_weights(X, y, weights, b0, alpha)
+    Xs, ys, ws = _strided(X, y, weights, _SCALE_ROWS)
+    scale = _initial_scale(Xs @ w0, ys, ws, b0, alpha, w0, link)
+    return scale * w0, scale * b0
+
+
+def _pilot_start(X, y, weights, alpha, rtol, config, n_classes):
+    """Newton start for large n: the joint MAP of a strided subsample of ``_SCALE_ROWS`` rows.
+
+    Its error is of the order of the subsample's sampling error, so the full-data Newton
+    solve that follows needs one pass over ``X`` fewer and no ridge start (``X^T X``).
+    When the pilot solve fails or the subsample misses a class (its thresholds would
+    collapse), the subsample's :func:`_scaled_start` is used instead.
+    """
+    link = config.link
+    Xs, ys, ws = _strided(X, y, weights, _SCALE_ROWS)
+    w0, b0 = _scaled_start(Xs, ys, ws, alpha, link, n_classes)
+    pilot = newton_map_joint(Xs, ys, ws, b0, jnp.ones((), X.dtype), alpha, w0, rtol, link=link,
+                             max_iter=config.max_newton)
+    present = jax.ops.segment_sum((ws > 0).astype(jnp.int32), ys, num_segments=n_classes) > 0
+    use = pilot.converged & jnp.all(present)
+    return jnp.where(use, pilot.w, w0), jnp.where(use, pilot.b, b0)
+
+
 def _alpha_vector(alpha, d, dtype):
     return jnp.broadcast_to(jnp.asarray(alpha, dtype), (d,))
 
@@ -251,15 +290,10 @@ def fit_probit(X, y, weights, alpha, rtol, *, config: ProbitConfig, n_classes: i
     sigma = jnp.ones((), dtype)
     alpha0 = _alpha_vector(alpha, d, dtype)
     rtol = jnp.asarray(rtol, dtype)
-    b0 = _initial_thresholds(y, weights, n_classes, link, dtype)
-    w0 = _initial_weights(X, y, weights, b0, alpha0)
-    # The scale needs no more than a few thousand rows: take every stride-th one, weighted
-    # up to the full sample.
-    stride = max(1, n // _SCALE_ROWS)
-    sub_w = weights[::stride] * (jnp.sum(weights) / jnp.maximum(jnp.sum(weights[::stride]), 1e-300))
-    scale = _initial_scale((X[::stride] @ w0), y[::stride], sub_w, b0, alpha0, w0, link)
-    b0, w0 = scale * b0, scale * w0
-
+    if n >= _PILOT_MIN_ROWS:
+        w0, b0 = _pilot_start(X, y, weights, alpha0, rtol, config, n_classes)
+    else:
+        w0, b0 = _scaled_start(X, y, weights, alpha0, link, n_classes)
     joint = newton_map_joint(X, y, weights, b0, sigma, alpha0, w0, rtol, link=link,
                              max_iter=config.max_newton)
     if config.thresholds == "joint":

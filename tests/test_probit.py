@@ -6,9 +6,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bayesord._laplace import laplace_at, laplace_log_evidence, map_weights
+from bayesord._laplace import laplace_at, laplace_log_evidence, map_weights, newton_map_joint
+from bayesord._linalg import chol_inverse
 from bayesord._probit import (
+    _PILOT_MIN_ROWS,
+    _SCALE_ROWS,
     ProbitConfig,
+    _pilot_start,
+    _scaled_start,
+    _strided,
     class_prob_bands,
     fit_probit,
     predict_probit,
@@ -246,3 +252,38 @@ def test_recovers_true_parameters_on_large_data():
     res = _fit(X, (y - 1).astype(np.int32), thresholds="evidence")
     np.testing.assert_allclose(res.coef, truth.w, atol=0.05)
     np.testing.assert_allclose(res.thresholds, truth.thresholds, atol=0.06)
+
+
+def _reference_joint(X, y, alpha):
+    """The joint MAP by Newton from the ridge-and-scale start on all rows (no pilot)."""
+    n, d = X.shape
+    k = int(y.max()) + 1
+    a = jnp.full(d, alpha)
+    w0, b0 = _scaled_start(jnp.asarray(X), jnp.asarray(y), jnp.ones(n), a, "probit", k)
+    return newton_map_joint(X, y, np.ones(n), b0, 1.0, a, w0, 1e-12)
+
+
+@pytest.mark.parametrize("drop_class_from_pilot", [False, True])
+def test_pilot_start_on_large_n_reaches_the_same_joint_map(drop_class_from_pilot):
+    # From _PILOT_MIN_ROWS rows on, Newton starts at the MAP of a strided subsample; the
+    # optimum is unique, so the result must equal a solve that starts from scratch.  With
+    # a class absent from the subsample the pilot is skipped (its thresholds would collapse).
+    n = _PILOT_MIN_ROWS + 1000
+    X, y, _ = make_ordinal_probit(n, 3, 4, seed=3)
+    y = (y - 1).astype(np.int32)
+    stride = n // _SCALE_ROWS
+    if drop_class_from_pilot:
+        y[(np.arange(n) % stride == 0) & (y == 3)] = 2
+        assert not np.any(y[::stride] == 3) and np.sum(y == 3) > 1000
+    res = _fit(X, y, alpha=1e-3, thresholds="joint")
+    ref = _reference_joint(X, y, 1e-3)
+    assert bool(res.converged) and bool(ref.converged)
+    np.testing.assert_allclose(res.coef, ref.w, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(res.thresholds, ref.b, rtol=1e-8, atol=1e-10)
+    cov_ref = np.asarray(chol_inverse(ref.chol))
+    np.testing.assert_allclose(res.coef_cov, cov_ref[:3, :3], rtol=1e-6)
+    pilot_w, _ = _pilot_start(jnp.asarray(X), jnp.asarray(y), jnp.ones(n), jnp.full(3, 1e-3),
+                              jnp.asarray(1e-12), ProbitConfig(thresholds="joint"), 4)
+    Xs, ys, ws = _strided(jnp.asarray(X), jnp.asarray(y), jnp.ones(n), _SCALE_ROWS)
+    scaled_w, _ = _scaled_start(Xs, ys, ws, jnp.full(3, 1e-3), "probit", 4)
+    assert bool(jnp.allclose(pilot_w, scaled_w)) == drop_class_from_pilot
