@@ -13,6 +13,7 @@ from bayesord._likelihood import (
     log_cumulative_probs,
     log_interval,
     ordinal_loglik,
+    ordinal_ratios,
     ordinal_terms,
 )
 
@@ -126,6 +127,22 @@ def test_gradients_finite_and_checked_by_finite_differences():
     assert all(bool(jnp.all(jnp.isfinite(g))) for g in grads)
     check_grads(fn, (jnp.array([-3.0, 0.1, 1.5, 0.0, 4.0, 2.5]), jnp.asarray(B), 1.2), order=2,
                 modes=["rev"], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("link", ["probit", "logit"])
+def test_custom_jvp_of_the_ratios_matches_finite_differences(link):
+    # Autodiff of (logp, lam_u, lam_v) uses d logP = lam_u du - lam_v dv and
+    # d log lam = g dz - d logP instead of differentiating erfc; the evidence gradient
+    # differentiates the Hessian terms (third derivatives), so check up to order 3.
+    y = jnp.array([0, 1, 2, 3, 1, 2])
+    f = jnp.array([-3.0, 0.1, 1.5, 0.0, -6.0, 8.0])
+
+    def fn(f, b, s):
+        return ordinal_ratios(f, y, b, s, link)
+
+    check_grads(fn, (f, jnp.asarray(B), 1.2), order=3, modes=["fwd", "rev"], atol=1e-5, rtol=1e-5)
+    d_ff = lambda f, b: ordinal_terms(f, y, b, 0.9, link).d_ff
+    check_grads(d_ff, (f, jnp.asarray(B)), order=1, modes=["fwd", "rev"], atol=1e-6, rtol=1e-6)
 
 
 def test_log_interval_never_subtracts_probabilities():
