@@ -345,6 +345,14 @@ def _gains(S, Q, slot_of, alpha, allowed, n_active):
     return gain, action, a_new
 
 
+def _cast_inputs(X, y, weights, theta):
+    """Floating X (float64 under x64 when X is integer), int32 classes, weights and theta in
+    X's dtype; returns ``(X, y, weights, theta, dtype)``."""
+    dtype = X.dtype if jnp.issubdtype(X.dtype, jnp.floating) else jnp.result_type(float)
+    return (X.astype(dtype), y.astype(jnp.int32), weights.astype(dtype),
+            jnp.asarray(theta, dtype), dtype)
+
+
 def _initial_thresholds(y, weights, n_classes, dtype):
     """Probit of the cumulative weighted class proportions, gaps at least 1e-2."""
     counts = jax.ops.segment_sum(weights, y, num_segments=n_classes)
@@ -462,11 +470,7 @@ def fit_isbor(X, y, weights, cand_index, cand_valid, key, theta, *, config: ISBO
         True
     """
     cfg = config
-    dtype = X.dtype if jnp.issubdtype(X.dtype, jnp.floating) else jnp.result_type(float)
-    X = X.astype(dtype)
-    y = y.astype(jnp.int32)
-    weights = weights.astype(dtype)
-    theta = jnp.asarray(theta, dtype)
+    X, y, weights, theta, dtype = _cast_inputs(X, y, weights, theta)
     n = X.shape[0]
     cap, K = cfg.capacity, cfg.n_classes
     n_c = cand_index.shape[0]
@@ -616,11 +620,7 @@ def fit_sbor(X, y, weights, cand_index, cand_valid, theta, *, config: ISBORConfi
     Args and Returns: as :func:`fit_isbor` (no key; ``alpha_init`` is every initial alpha).
     """
     cfg = config
-    dtype = X.dtype if jnp.issubdtype(X.dtype, jnp.floating) else jnp.result_type(float)
-    X = X.astype(dtype)
-    y = y.astype(jnp.int32)
-    weights = weights.astype(dtype)
-    theta = jnp.asarray(theta, dtype)
+    X, y, weights, theta, dtype = _cast_inputs(X, y, weights, theta)
     n = X.shape[0]
     cand_index = cand_index.astype(jnp.int32)
     mask = cand_valid.astype(bool) & (weights[jnp.minimum(cand_index, n - 1)] > 0)

@@ -87,7 +87,8 @@ def run_setting(name, X, y, n_train, partitions, grid, sbor_max, n_centres, seed
                    n_iter=model.n_iter_, status=model.status_, time_first=first, time_run=again,
                    n_pruned=model.n_pruned_)
         print(f"  {name} N={n_train} part {p}: ISBOR MAE {mae:.4f}  RV {row['n_rv']}  iters {row['n_iter']}  "
-              f"status {row['status']}  fit {again:.2f}s (first call {first:.2f}s)", flush=True)
+              f"status {row['status']}  fit {again:.2f}s (first call {first:.2f}s, "
+              f"{1e3 * again / max(row['n_iter'], 1):.0f} ms/iteration)", flush=True)
         if p == 0 and n_train <= sbor_max:
             sb = SBOR(theta=theta, random_state=p)
             s_first = timed_fit(sb, Xtr, ytr)
@@ -105,6 +106,7 @@ def run_setting(name, X, y, n_train, partitions, grid, sbor_max, n_centres, seed
                    theta_selection_time=sel_time, mae_mean=float(maes.mean()), mae_std=float(maes.std()),
                    rv_mean=float(np.mean([r["n_rv"] for r in rows])),
                    time_run_mean=float(np.mean([r["time_run"] for r in rows[1:]] or [rows[0]["time_run"]])),
+                   ms_per_iteration=float(1e3 * np.median([r["time_run"] / max(r["n_iter"], 1) for r in rows])),
                    compile_plus_run_first=rows[0]["time_first"], n_centres=n_centres, rows=rows)
     if paper is not None:
         summary["paper"] = paper
@@ -125,7 +127,8 @@ def main(argv=None):
     ap.add_argument("--real-partitions", type=int, default=20)
     ap.add_argument("--grid", type=float, nargs="+", default=[0.01, 0.1, 1.0, 10.0])
     ap.add_argument("--sbor-max", type=int, default=2000, help="largest N at which SBOR is run")
-    ap.add_argument("--n-centres", type=int, default=None, help="candidate-centre subset for N > 10,000")
+    ap.add_argument("--n-centres", type=int, default=None,
+                    help="candidate-centre subset: synthetic runs, and real data with N > 10,000")
     ap.add_argument("--theta", type=float, default=None, help="fix the kernel width (skip selection)")
     args = ap.parse_args(argv)
     if args.quick:
@@ -137,7 +140,7 @@ def main(argv=None):
         X, y = make_isbor_synthetic(21000, seed=0)
         for n in args.sizes:
             out["synthetic"].append(run_setting("synthetic", X, y, n, args.partitions, args.grid,
-                                                args.sbor_max, None, theta=args.theta))
+                                                args.sbor_max, args.n_centres, theta=args.theta))
     if args.only in (None, "real"):
         print("Real data (Table 2 sizes), 5 equal-frequency classes for continuous targets")
         for name in args.real:
@@ -150,14 +153,15 @@ def main(argv=None):
                                            centres, paper=meta, theta=args.theta))
     out["peak_rss_mb"] = peak_rss_mb()
 
-    print("\n| data | N train | parts | theta | MAE (mean +- sd) | RV | fit s (run) | first call s | paper MAE / RV / s |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("\n| data | N train | parts | theta | MAE (mean +- sd) | RV | fit s (run) | ms / iteration | first call s "
+          "| paper MAE / RV / s |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for s in out["synthetic"] + out["real"]:
         p = s.get("paper", {})
         ref = f"{p.get('mae')} / {p.get('rv')} / {p.get('time')}" if p else "-"
         print(f"| {s['name']} | {s['n_train']} | {s['partitions']} | {s['theta']:g} | "
               f"{s['mae_mean']:.4f} +- {s['mae_std']:.4f} | {s['rv_mean']:.1f} | {s['time_run_mean']:.2f} | "
-              f"{s['compile_plus_run_first']:.1f} | {ref} |")
+              f"{s['ms_per_iteration']:.0f} | {s['compile_plus_run_first']:.1f} | {ref} |")
     sb = [r for s in out["synthetic"] + out["real"] for r in s["rows"] if "sbor_mae" in r]
     if sb:
         print("\n| N train | SBOR MAE | SBOR RV | SBOR fit s | ISBOR fit s | SBOR/ISBOR |")
