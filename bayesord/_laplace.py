@@ -98,7 +98,6 @@ def _termination(decrement, value, rtol):
 class _NewtonState(NamedTuple):
     x: jax.Array  # last accepted point
     value: jax.Array  # objective there
-    grad: jax.Array
     chol: jax.Array  # Cholesky factor of the precision at x
     step: jax.Array  # Newton step from x
     decrement: jax.Array  # grad @ step
@@ -147,7 +146,7 @@ def _newton(evaluate, derivatives, x0, rtol, max_iter):
                                      jnp.where(c.pending | finished | ~capped, Status.SUCCESS,
                                                Status.MAX_ITER)))
         done = c.pending | ~finite | ~ok | capped
-        return c._replace(x=x, value=value, grad=grad, chol=L, step=step, decrement=decrement,
+        return c._replace(x=x, value=value, chol=L, step=step, decrement=decrement,
                           t=jnp.ones((), dtype), halvings=jnp.zeros((), jnp.int32),
                           pending=finished, first=jnp.zeros((), bool), done=done,
                           status=status.astype(jnp.int32))
@@ -174,8 +173,7 @@ def _newton(evaluate, derivatives, x0, rtol, max_iter):
     n = x0.shape[0]
     zero = jnp.zeros((), dtype)
     init = _NewtonState(
-        x=x0, value=jnp.asarray(-jnp.inf, dtype), grad=jnp.zeros_like(x0),
-        chol=jnp.eye(n, dtype=dtype), step=jnp.zeros_like(x0), decrement=zero, t=zero,
+        x=x0, value=jnp.asarray(-jnp.inf, dtype), chol=jnp.eye(n, dtype=dtype), step=jnp.zeros_like(x0), decrement=zero, t=zero,
         halvings=jnp.zeros((), jnp.int32), n_iter=jnp.zeros((), jnp.int32),
         pending=jnp.zeros((), bool), first=jnp.ones((), bool), done=jnp.zeros((), bool),
         status=jnp.asarray(Status.SUCCESS, jnp.int32))
@@ -205,11 +203,13 @@ def newton_map(Phi, y, weights, b, sigma, alpha, w0, rtol, *, link="probit", max
     m = Phi.shape[1]
 
     def evaluate(w):
-        r = ordinal_ratios(Phi @ w, y, b, sigma, link)
-        return jnp.sum(weights * r[0]) - 0.5 * jnp.sum(alpha * w * w), r
+        f = Phi @ w
+        r = ordinal_ratios(f, y, b, sigma, link)
+        return jnp.sum(weights * r[0]) - 0.5 * jnp.sum(alpha * w * w), (f, r)
 
-    def derivatives(w, r):
-        t = terms_from_ratios(Phi @ w, y, b, sigma, *r, link)
+    def derivatives(w, aux):
+        f, r = aux
+        t = terms_from_ratios(f, y, b, sigma, *r, link)
         rows = _gram(Phi, -weights * t.d_ff, (weights * t.d_f)[:, None])
         return rows[:, m] - alpha * w, rows[:, :m] + jnp.diag(alpha)
 
@@ -345,13 +345,15 @@ def newton_map_joint(Phi, y, weights, b0, sigma, alpha, w0, rtol, *, link="probi
 
     def evaluate(x):
         w, b = x[:m], x[m:]
-        r = ordinal_ratios(Phi @ w, y, b, sigma, link)
+        f = Phi @ w
+        r = ordinal_ratios(f, y, b, sigma, link)
         value = jnp.sum(weights * r[0]) - 0.5 * jnp.sum(alpha * w * w)
-        return jnp.where(jnp.all(jnp.diff(b) > 0), value, -jnp.inf), r
+        return jnp.where(jnp.all(jnp.diff(b) > 0), value, -jnp.inf), (f, r)
 
-    def derivatives(x, r):
+    def derivatives(x, aux):
         w, b = x[:m], x[m:]
-        t = terms_from_ratios(Phi @ w, y, b, sigma, *r, link)
+        f, r = aux
+        t = terms_from_ratios(f, y, b, sigma, *r, link)
         return _joint_derivatives(Phi, y, weights, t, w, n_thr, alpha)
 
     x0 = jnp.concatenate([w0, b0]).astype(Phi.dtype)

@@ -75,7 +75,7 @@ def _log_ndtr(z):
     z_low = jnp.where(low, z, cut)
     r = 1.0 / (z_low * z_low)
     series = 1.0 + r * (-1.0 + r * (3.0 + r * (-15.0 + r * 105.0)))
-    tail = -0.5 * z_low * z_low - _LOG_SQRT_2PI - jnp.log(-z_low * series ** -1.0)
+    tail = -0.5 * z_low * z_low - _LOG_SQRT_2PI - jnp.log(-z_low / series)
     lower = jnp.log(jnp.where(upper, 1.0, half_e))  # half_e underflows for large z >= 0
     return jnp.where(upper, jnp.log1p(-half_e), jnp.where(low, tail, lower))
 

@@ -28,6 +28,7 @@ __all__ = [
     "PaddedRows",
     "Rows",
     "to_padded_rows",
+    "as_rows",
     "padding_ratio",
     "row_dots",
     "rmatvec",
@@ -169,6 +170,14 @@ def to_padded_rows(X, *, dtype=None, bias: float | None = None, multiple: int = 
         idx, val = np.pad(idx, pad), np.pad(val, pad)
     sq = np.einsum("ij,ij->i", val, val)
     return PaddedRows(jnp.asarray(idx), jnp.asarray(val), jnp.asarray(sq), d)
+
+
+def as_rows(X, dtype) -> Rows:
+    """What the linear solvers take: :class:`PaddedRows` for scipy.sparse input (never
+    densified), else a dense JAX array of ``dtype``."""
+    if sp.issparse(X):
+        return to_padded_rows(X, dtype=dtype)
+    return jnp.asarray(X, dtype)
 
 
 def padding_ratio(X: PaddedRows) -> float:

@@ -8,6 +8,7 @@ import scipy.sparse as sp
 
 from bayesord._sparse import (
     PaddedRows,
+    as_rows,
     padding_ratio,
     rmatvec,
     row_axpy,
@@ -170,3 +171,13 @@ def test_pytree_under_jit_and_scan():
     np.testing.assert_allclose(f(P, u), 2 * (X.T @ np.asarray(u)), atol=1e-12)
     doubled = jax.tree_util.tree_map(lambda a: a, P)
     assert isinstance(doubled, PaddedRows) and doubled.n_features == D
+
+
+def test_as_rows_keeps_sparse_input_sparse_and_casts_dense():
+    A = np.array([[0.0, 2.0, 0.0], [1.0, 0.0, 3.0]])
+    P = as_rows(sp.csr_matrix(A), np.float32)
+    assert isinstance(P, PaddedRows) and P.dtype == np.float32 and P.shape == (2, 3)
+    np.testing.assert_array_equal(np.asarray(row_dots(P, jnp.ones(3, np.float32))), A.sum(1))
+    D = as_rows(A.astype(int), np.float32)
+    assert not isinstance(D, PaddedRows) and D.dtype == np.float32
+    np.testing.assert_array_equal(np.asarray(D), A)

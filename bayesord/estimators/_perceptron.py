@@ -11,13 +11,12 @@ from __future__ import annotations
 import numbers
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import scipy.sparse as sp
 from sklearn.utils.validation import check_is_fitted
 
 from .. import _perceptron as core
-from .._sparse import to_padded_rows
+from .._sparse import as_rows
 from .._status import check_status
 from .._validation import check_sample_weight, float_dtype
 from ._base import OrdinalEstimator, reset_fitted
@@ -75,12 +74,6 @@ class _StructuredPerceptron(OrdinalEstimator):
             raise ValueError(f"random_state must be None, an int or a NumPy random generator, got {rs!r}")
         return jax.random.PRNGKey(seed)
 
-    @staticmethod
-    def _rows(X, dtype):
-        if sp.issparse(X):
-            return to_padded_rows(X, dtype=dtype)
-        return jnp.asarray(X, dtype)
-
     # -- fitting ------------------------------------------------------------------------
 
     def fit(self, X, y, sample_weight=None, classes=None):
@@ -109,7 +102,7 @@ class _StructuredPerceptron(OrdinalEstimator):
         hyper = self._hyper(dtype, X.shape[1])
         key = self._key()
         if self._kernel() == "linear":
-            rows = self._rows(X, dtype)
+            rows = as_rows(X, dtype)
             state = core.init_state(cfg, X.shape[1], dtype)
             res = core.fit_perceptron(rows, codes, cfg, sample_weight=sw, key=key, hyper=hyper,
                                       state=state)
@@ -161,7 +154,7 @@ class _StructuredPerceptron(OrdinalEstimator):
             state = self._state
         cfg = self._config(len(self.classes_), n_epochs=1, shuffle=False, stop=False)
         hyper = self._hyper(dtype, X.shape[1])
-        res = core.fit_perceptron(self._rows(X, dtype), codes, cfg, sample_weight=sw,
+        res = core.fit_perceptron(as_rows(X, dtype), codes, cfg, sample_weight=sw,
                                   key=jax.random.PRNGKey(0), hyper=hyper, state=state)
         self._state = res.state
         self._store(res, hyper)
@@ -193,7 +186,7 @@ class _StructuredPerceptron(OrdinalEstimator):
             scores = core.kernel_decision_function(self._result, np.asarray(X, dtype), self._hyper_,
                                                    self._kernel())
         else:
-            scores = core.decision_function(self._result, self._rows(X, dtype))
+            scores = core.decision_function(self._result, as_rows(X, dtype))
         return np.asarray(scores)
 
     def predict(self, X):

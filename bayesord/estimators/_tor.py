@@ -26,7 +26,7 @@ from .._redsvm import (
     transform_kernel_map,
 )
 from .._progress import check_verbose
-from .._sparse import to_padded_rows
+from .._sparse import as_rows
 from .._status import check_status
 from .._tor import TORConfig, fit_tor
 from .._validation import check_sample_weight, check_X, encode_labels, float_dtype
@@ -73,9 +73,7 @@ class _RedSVMBase(OrdinalEstimator):
         dtype = float_dtype()
         if self.kernel == "linear":
             self.kernel_map_ = None
-            if sp.issparse(X):
-                return to_padded_rows(X, dtype=dtype)
-            return jnp.asarray(X, dtype)
+            return as_rows(X, dtype)
         if sp.issparse(X):
             raise TypeError(f"kernel={self.kernel!r} needs dense X; sparse input works with kernel='linear'")
         n = X.shape[0]
@@ -88,9 +86,7 @@ class _RedSVMBase(OrdinalEstimator):
     def _features_predict(self, X):
         dtype = float_dtype()
         if self.kernel_map_ is None:
-            if sp.issparse(X):
-                return to_padded_rows(X, dtype=dtype)
-            return jnp.asarray(X, dtype)
+            return as_rows(X, dtype)
         if sp.issparse(X):
             raise TypeError(f"kernel={self.kernel!r} needs dense X")
         return transform_kernel_map(self.kernel_map_, jnp.asarray(X, dtype), self.kernel)
