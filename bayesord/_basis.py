@@ -30,6 +30,7 @@ __all__ = [
     "sq_dists",
     "kernel_matrix",
     "candidate_columns",
+    "candidate_rows",
     "kmeanspp_indices",
 ]
 
@@ -86,6 +87,17 @@ def candidate_columns(X, idx, theta, kernel: str = "rbf", degree: int = 2):
     if kernel == "precomputed":
         return jnp.take(X, idx, axis=1)
     return kernel_matrix(X, jnp.take(X, idx, axis=0), theta, kernel, degree)
+
+
+def candidate_rows(X, idx, theta, kernel: str = "rbf", degree: int = 2):
+    """The same basis as :func:`candidate_columns`, transposed: shape (len(idx), N).
+
+    Row ``j`` is candidate ``idx[j]``'s basis function over the training rows; a block of
+    rows is contiguous, which is the layout the candidate scoring multiplies with.
+    """
+    if kernel == "precomputed":
+        return jnp.take(X, idx, axis=1).T
+    return kernel_matrix(jnp.take(X, idx, axis=0), X, theta, kernel, degree)
 
 
 @partial(jax.jit, static_argnames=("m",))

@@ -71,7 +71,7 @@ import numpy as np
 from jax.scipy.linalg import solve_triangular
 from jax.scipy.special import ndtri
 
-from ._basis import candidate_columns, check_kernel, kernel_matrix
+from ._basis import candidate_columns, candidate_rows, check_kernel, kernel_matrix
 from ._laplace import laplace_at, laplace_log_evidence, newton_map
 from ._likelihood import LINKS, log_class_probs, ordinal_loglik, ordinal_terms
 from ._linalg import chol_inverse, chol_solve
@@ -228,6 +228,22 @@ def _laplace(Phi, y, weights, b, sigma, alpha, w0, rtol, cfg) -> _Fit:
     return _Fit(res.w, res.chol, jnp.where(ok, ev, -jnp.inf), ok)
 
 
+def _slice_fit(fit: _Fit, T: int) -> _Fit:
+    """The fit restricted to the first ``T`` slots (all active slots are among them)."""
+    return _Fit(fit.w[:T], fit.chol[:T, :T], fit.evidence, fit.ok)
+
+
+def _pad_fit(fit: _Fit, cap: int) -> _Fit:
+    """A width-``T`` fit padded to ``cap`` slots: free slots have ``w = 0`` and, as their
+    basis column is zero and ``alpha = 1``, an identity block in the Cholesky factor."""
+    T = fit.w.shape[0]
+    if T == cap:
+        return fit
+    w = jnp.zeros(cap, fit.w.dtype).at[:T].set(fit.w)
+    chol = jnp.eye(cap, dtype=fit.chol.dtype).at[:T, :T].set(fit.chol)
+    return _Fit(w, chol, fit.evidence, fit.ok)
+
+
 def _eta(b, sigma):
     return jnp.concatenate([params_from_thresholds(b), jnp.log(sigma)[None]])
 
@@ -286,13 +302,17 @@ def _link_terms(Phi, w, y, weights, b, sigma, cfg):
     return H, H * f + weights * t.d_f
 
 
-def candidate_stats(columns, Phi, chol, H, Ht, n_cand: int, block: int):
+def candidate_stats(rows, Phi, chol, H, Ht, n_cand: int, block: int):
     """Tipping-Faul statistics ``S_j, Q_j`` for all candidates, computed in blocks.
 
+    Per block of candidate basis rows ``K`` (``K[j] = phi_j`` over the training points) the
+    work is one matrix product ``K [H Phi, H t_hat]`` (``O(N B T)``), one fused pass for
+    ``phi_j^T H phi_j`` and a triangular solve of the small ``T x B`` result.
+
     Args:
-        columns: ``start -> (N, block)`` basis columns of candidates ``start..start+block-1``.
-        Phi: active-set basis, (N, M) (zero columns in free slots).
-        chol: lower Cholesky factor of ``A + Phi^T H Phi``, (M, M).
+        rows: ``start -> (block, N)`` basis rows of candidates ``start..start+block-1``.
+        Phi: active-set basis, (N, T) (zero columns in free slots).
+        chol: lower Cholesky factor of ``A + Phi^T H Phi``, (T, T).
         H: curvature per sample, (N,).
         Ht: ``H t_hat``, (N,).
         n_cand: number of candidates (a multiple of ``block``).
@@ -301,15 +321,15 @@ def candidate_stats(columns, Phi, chol, H, Ht, n_cand: int, block: int):
     Returns:
         ``(S, Q)``, each (n_cand,).
     """
-    mu = chol_solve(chol, Phi.T @ Ht)  # Sigma Phi^T H t_hat (= w* at the MAP)
+    G = jnp.concatenate([Phi * H[:, None], Ht[:, None]], axis=1)  # (N, T + 1)
+    mu = chol_solve(chol, G[:, -1] @ Phi)  # Sigma Phi^T H t_hat (= w* at the MAP)
 
     def one(start):
-        K = columns(start)
-        HK = H[:, None] * K
-        P = Phi.T @ HK
-        V = solve_triangular(chol, P, lower=True)
-        S = jnp.sum(K * HK, axis=0) - jnp.sum(V * V, axis=0)
-        Q = K.T @ Ht - P.T @ mu
+        K = rows(start)
+        PR = K @ G
+        V = solve_triangular(chol, PR[:, :-1].T, lower=True)
+        S = jnp.einsum("bn,bn,n->b", K, K, H) - jnp.sum(V * V, axis=0)
+        Q = PR[:, -1] - PR[:, :-1] @ mu
         return S, Q
 
     starts = jnp.arange(n_cand // block, dtype=jnp.int32) * block
@@ -369,11 +389,11 @@ def _centres(X, rows, mask, cfg):
 
 
 def _tiers(cap):
-    """Active-set sizes compiled for: 16, 64, 256, ... below ``cap``, then ``cap``."""
+    """Active-set sizes compiled for: 16, 32, 64, ... below ``cap``, then ``cap``."""
     tiers, t = [], 16
     while t < cap:
         tiers.append(t)
-        t *= 4
+        t *= 2
     return tuple(tiers) + (cap,)
 
 
@@ -381,9 +401,10 @@ def _by_tier(n_active, cap, make):
     """``make(T)`` for the smallest tier ``T >= n_active`` (``lax.switch``; shapes stay static).
 
     The active slots are kept compact (slots ``0..n_active-1``), so matrices of width ``T``
-    hold every active column and the candidate scoring, the dominant ``O(N N_c T)`` cost,
-    scales with the active set rather than the capacity.  (Newton steps, ``O(N M^2)``, run
-    at full capacity: tiering them too tripled the compile time for little gain.)
+    hold every active column: the candidate scoring (``O(N N_c T)``) and the Newton solves
+    and threshold steps (``O(N T^2)`` per Newton step) scale with the active set rather
+    than the capacity.  Each tier is compiled once, so compile time grows with the number
+    of tiers.
     """
     tiers = _tiers(cap)
     if len(tiers) == 1:
@@ -474,22 +495,23 @@ def fit_isbor(X, y, weights, cand_index, cand_valid, key, theta, *, config: ISBO
     n = X.shape[0]
     cap, K = cfg.capacity, cfg.n_classes
     n_c = cand_index.shape[0]
-    block = min(cfg.block_size, n_c)
+    # A cached basis is scored in one block; otherwise rows are recomputed block by block.
+    block = n_c if cfg.cache_basis else min(cfg.block_size, n_c)
     n_pad = -(-n_c // block) * block
     cand_index = jnp.concatenate([cand_index.astype(jnp.int32), jnp.zeros(n_pad - n_c, jnp.int32)])
     eligible = jnp.concatenate([cand_valid.astype(bool), jnp.zeros(n_pad - n_c, bool)])
     eligible = eligible & (weights[jnp.minimum(cand_index, n - 1)] > 0)
 
-    def cols(idx_pos):
-        return candidate_columns(X, cand_index[idx_pos], theta, cfg.kernel, cfg.degree)
+    def rows(idx_pos):
+        return candidate_rows(X, cand_index[idx_pos], theta, cfg.kernel, cfg.degree)
 
     if cfg.cache_basis:
-        full = cols(jnp.arange(n_pad))
-        block_cols = lambda start: jax.lax.dynamic_slice_in_dim(full, start, block, axis=1)
-        one_col = lambda p: jax.lax.dynamic_slice_in_dim(full, p, 1, axis=1)[:, 0]
+        full = rows(jnp.arange(n_pad))
+        block_rows = lambda start: jax.lax.dynamic_slice_in_dim(full, start, block, axis=0)
+        one_col = lambda p: full[p]
     else:
-        block_cols = lambda start: cols(start + jnp.arange(block))
-        one_col = lambda p: cols(p[None])[:, 0]
+        block_rows = lambda start: rows(start + jnp.arange(block))
+        one_col = lambda p: rows(p[None])[0]
 
     # Initialise: one random eligible candidate per class (Algorithm 1, line 4).
     cand_y = y[jnp.minimum(cand_index, n - 1)]
@@ -502,7 +524,7 @@ def fit_isbor(X, y, weights, cand_index, cand_valid, key, theta, *, config: ISBO
     mask = jnp.zeros(cap, bool).at[:K].set(found)
     slot_pos = jnp.full(cap, -1, jnp.int32).at[:K].set(jnp.where(found, picks, -1))
     alpha = jnp.ones(cap, dtype).at[:K].set(jnp.where(found, alpha_init, 1.0))
-    Phi = jnp.zeros((n, cap), dtype).at[:, :K].set(cols(picks) * found[None, :])
+    Phi = jnp.zeros((n, cap), dtype).at[:, :K].set(rows(picks).T * found[None, :])
     slot_of = jnp.full(n_pad, -1, jnp.int32).at[jnp.where(found, picks, n_pad)].set(
         jnp.arange(K, dtype=jnp.int32), mode="drop")
     b = _initial_thresholds(y, weights, K, dtype)
@@ -530,7 +552,7 @@ def fit_isbor(X, y, weights, cand_index, cand_valid, key, theta, *, config: ISBO
             emit(_isbor_line, it=s.it, max_iter=cfg.max_iter, evidence=e_start, n_active=n_active)
         H, Ht = _link_terms(s.Phi, s.fit.w, y, weights, s.b, s.sigma, cfg)
         S, Q = _by_tier(n_active, cap, lambda T: candidate_stats(
-            block_cols, s.Phi[:, :T], s.fit.chol[:T, :T], H, Ht, n_pad, block))
+            block_rows, s.Phi[:, :T], s.fit.chol[:T, :T], H, Ht, n_pad, block))
         gain, action, a_new = _gains(S, Q, s.slot_of, s.alpha, eligible & ~s.barred, n_active)
         j = jnp.argmax(gain).astype(jnp.int32)
         best = gain[j]
@@ -561,7 +583,9 @@ def fit_isbor(X, y, weights, cand_index, cand_valid, key, theta, *, config: ISBO
         slot_of = s.slot_of.at[moved].set(jnp.where(is_del, slot, s.slot_of[moved]))
         slot_of = slot_of.at[j].set(jnp.where(is_add, slot, jnp.where(is_del, -1, slot_of[j])))
 
-        trial = _laplace(Phi, y, weights, s.b, s.sigma, alpha, w0, newton_rtol, cfg)
+        n_new = n_active + is_add.astype(jnp.int32) - is_del.astype(jnp.int32)
+        trial = _by_tier(n_new, cap, lambda T: _pad_fit(_laplace(
+            Phi[:, :T], y, weights, s.b, s.sigma, alpha[:T], w0[:T], newton_rtol, cfg), cap))
         accept = changes & trial.ok & (trial.evidence >= e_start - 1e-9 * (1.0 + jnp.abs(e_start)))
         keep = lambda new, old: jnp.where(accept, new, old)
         fit = jax.tree_util.tree_map(keep, trial, s.fit)
@@ -570,7 +594,12 @@ def fit_isbor(X, y, weights, cand_index, cand_valid, key, theta, *, config: ISBO
         barred = jnp.where(accept, jnp.zeros_like(s.barred), s.barred.at[j].set(s.barred[j] | changes))
         n_pruned = s.n_pruned + (accept & (act == Action.PRUNE)).astype(jnp.int32)
 
-        b, sigma, fit, lr = _hyper_step(Phi, y, weights, alpha, s.b, s.sigma, fit, s.lr, newton_rtol, cfg)
+        def hyper(T):
+            b, sigma, f, lr = _hyper_step(Phi[:, :T], y, weights, alpha[:T], s.b, s.sigma,
+                                          _slice_fit(fit, T), s.lr, newton_rtol, cfg)
+            return b, sigma, _pad_fit(f, cap), lr
+
+        b, sigma, fit, lr = _by_tier(jnp.sum(mask).astype(jnp.int32), cap, hyper)
 
         code = jnp.where(changes & ~accept, Action.REJECTED, act).astype(jnp.int32)
         converged = (best < min_delta) & (jnp.abs(fit.evidence - e_start) < min_delta)

@@ -78,9 +78,9 @@ def state(data):
 
 def _stats(st, block=20):
     K_all = jnp.asarray(st["K_all"])
-    cols = lambda s: jax.lax.dynamic_slice_in_dim(K_all, s, block, axis=1)
+    rows = lambda s: jax.lax.dynamic_slice_in_dim(K_all, s, block, axis=1).T
     Ht = st["H"] * st["f"] + st["g"]
-    return candidate_stats(cols, jnp.asarray(st["Phi"]), st["res"].chol, jnp.asarray(st["H"]),
+    return candidate_stats(rows, jnp.asarray(st["Phi"]), st["res"].chol, jnp.asarray(st["H"]),
                            jnp.asarray(Ht), N, block)
 
 
