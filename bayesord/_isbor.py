@@ -55,7 +55,8 @@ step, with ``N_c`` candidates (all training points unless a subset is given).
 SBOR (:func:`fit_sbor`) starts with every candidate active and updates all ``alpha``
 at once by MacKay's rule ``alpha_i = gamma_i / w_i^2``, ``gamma_i = 1 - alpha_i Sigma_ii``
 (Tipping 2001), pruning ``alpha > alpha_max``; it shares the Newton/Laplace code, the
-threshold step and the prediction.  Its cost is ``O(N N_c^2)`` per Newton step.
+threshold step and the prediction.  Its cost is ``O(N T^2)`` per Newton step with ``T``
+the surviving basis functions rounded up to a tier: ``O(N N_c^2)`` until pruning sets in.
 """
 
 from __future__ import annotations
@@ -639,66 +640,85 @@ def fit_sbor(X, y, weights, cand_index, cand_valid, theta, *, config: ISBORConfi
              newton_rtol=1e-10, hyper_lr=0.1):
     """Batch sparse Bayesian ordinal regression: all candidates start active (Tipping 2001).
 
-    Each iteration: Newton MAP and Laplace posterior (Eq. 10-11), MacKay's update
-    ``alpha_i = (1 - alpha_i Sigma_ii) / w_i^2`` for every active basis function, pruning
-    of ``alpha_i > alpha_max``, one evidence-ascent step on thresholds and noise (as ISBOR).
+    Each iteration: MacKay's update ``alpha_i = (1 - alpha_i Sigma_ii) / w_i^2`` for every
+    active basis function, pruning of ``alpha_i > alpha_max``, Newton MAP and Laplace
+    posterior (Eq. 10-11), one evidence-ascent step on thresholds and noise (as ISBOR).
     Stops when the evidence changes by less than ``min_delta`` and no active ``log alpha``
     moves by more than ``alpha_tol``.  ``config.capacity`` is ignored: the buffer holds all
-    ``N_c`` candidates, so memory is ``O(N N_c + N_c^2)`` and time ``O(N N_c^2)`` per step.
+    ``N_c`` candidates, so memory is ``O(N N_c + N_c^2)``.  Pruned columns are moved behind
+    the active ones and the work runs at the active-set tier (as in ISBOR), so a Newton step
+    costs ``O(N T^2)`` with ``T`` the active count rounded up: ``O(N N_c^2)`` at the start,
+    falling as basis functions are pruned.
 
     Args and Returns: as :func:`fit_isbor` (no key; ``alpha_init`` is every initial alpha).
     """
     cfg = config
     X, y, weights, theta, dtype = _cast_inputs(X, y, weights, theta)
     n = X.shape[0]
+    m = cand_index.shape[0]
     cand_index = cand_index.astype(jnp.int32)
-    mask = cand_valid.astype(bool) & (weights[jnp.minimum(cand_index, n - 1)] > 0)
-    Phi = candidate_columns(X, cand_index, theta, cfg.kernel, cfg.degree) * mask[None, :]
+    valid = cand_valid.astype(bool) & (weights[jnp.minimum(cand_index, n - 1)] > 0)
+    order = jnp.argsort(~valid, stable=True)  # usable candidates first: slots stay compact
+    slot_pos = order.astype(jnp.int32)
+    mask = valid[order]
+    Phi = candidate_columns(X, cand_index[order], theta, cfg.kernel, cfg.degree) * mask[None, :]
     alpha = jnp.where(mask, jnp.asarray(alpha_init, dtype), 1.0)
     b = _initial_thresholds(y, weights, cfg.n_classes, dtype)
     sigma = jnp.ones((), dtype)
-    m = cand_index.shape[0]
     fit = _laplace(Phi, y, weights, b, sigma, alpha, jnp.zeros(m, dtype), newton_rtol, cfg)
 
     def cond(c):
-        return (~c[9]) & (c[8] < cfg.max_iter)
+        return (~c[10]) & (c[9] < cfg.max_iter)
 
     def body(c):
-        mask, alpha, Phi, fit, b, sigma, lr, n_pruned, it, done, status, ev_trace, act_trace = c
+        slot_pos, mask, alpha, Phi, fit, b, sigma, lr, n_pruned, it, done, status, ev_trace, act_trace = c
         e_start = fit.evidence
+        n_active = jnp.sum(mask).astype(jnp.int32)
         if cfg.progress:
-            emit(_sbor_line, it=it, max_iter=cfg.max_iter, evidence=e_start,
-                 n_active=jnp.sum(mask).astype(jnp.int32))
-        gamma = 1.0 - alpha * jnp.diagonal(chol_inverse(fit.chol))
+            emit(_sbor_line, it=it, max_iter=cfg.max_iter, evidence=e_start, n_active=n_active)
+        sigma_diag = _by_tier(n_active, m, lambda T: jnp.ones(m, dtype).at[:T].set(
+            jnp.diagonal(chol_inverse(fit.chol[:T, :T]))))
+        gamma = 1.0 - alpha * sigma_diag
         w2 = fit.w * fit.w
         a_new = jnp.where(mask, jnp.maximum(gamma, 0.0) / jnp.maximum(w2, jnp.finfo(dtype).tiny), 1.0)
         prune = mask & ((a_new > alpha_max) | ~jnp.isfinite(a_new))
         prune = prune & (jnp.sum(mask & ~prune) >= 1)
         dlog = jnp.max(jnp.where(mask & ~prune, jnp.abs(jnp.log(a_new) - jnp.log(alpha)), 0.0))
-        mask = mask & ~prune
-        alpha = jnp.where(mask, a_new, 1.0)
-        Phi = Phi * mask[None, :]
-        fit = _laplace(Phi, y, weights, b, sigma, alpha, jnp.where(mask, fit.w, 0.0), newton_rtol, cfg)
-        b, sigma, fit, lr = _hyper_step(Phi, y, weights, alpha, b, sigma, fit, lr, newton_rtol, cfg)
+        keep = mask & ~prune
+        perm = jnp.argsort(~keep, stable=True)  # survivors first, in their old order
+        slot_pos, mask = slot_pos[perm], keep[perm]
+        alpha = jnp.where(mask, a_new[perm], 1.0)
+        Phi = Phi[:, perm] * mask[None, :]
+        w0 = jnp.where(mask, fit.w[perm], 0.0)
+        n_keep = jnp.sum(mask).astype(jnp.int32)
+        fit = _by_tier(n_keep, m, lambda T: _pad_fit(_laplace(
+            Phi[:, :T], y, weights, b, sigma, alpha[:T], w0[:T], newton_rtol, cfg), m))
+
+        def hyper(T):
+            bT, sT, f, lrT = _hyper_step(Phi[:, :T], y, weights, alpha[:T], b, sigma,
+                                         _slice_fit(fit, T), lr, newton_rtol, cfg)
+            return bT, sT, _pad_fit(f, m), lrT
+
+        b, sigma, fit, lr = _by_tier(n_keep, m, hyper)
         converged = (jnp.abs(fit.evidence - e_start) < min_delta) & (dlog < alpha_tol)
         n_prune = jnp.sum(prune).astype(jnp.int32)
         status = jnp.where(fit.ok, status, Status.NONFINITE).astype(jnp.int32)
-        return (mask, alpha, Phi, fit, b, sigma, lr, n_pruned + n_prune, it + 1,
+        return (slot_pos, mask, alpha, Phi, fit, b, sigma, lr, n_pruned + n_prune, it + 1,
                 converged | ~fit.ok, status, ev_trace.at[it + 1].set(fit.evidence),
                 act_trace.at[it].set(jnp.where(n_prune > 0, Action.PRUNE, Action.REESTIMATE)))
 
-    init = (mask, alpha, Phi, fit, b, sigma, jnp.asarray(hyper_lr, dtype), jnp.zeros((), jnp.int32),
-            jnp.zeros((), jnp.int32), ~fit.ok,
+    init = (slot_pos, mask, alpha, Phi, fit, b, sigma, jnp.asarray(hyper_lr, dtype),
+            jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32), ~fit.ok,
             jnp.where(fit.ok, Status.SUCCESS, Status.NOT_POSITIVE_DEFINITE).astype(jnp.int32),
             jnp.full(cfg.max_iter + 1, jnp.nan, dtype).at[0].set(fit.evidence),
             jnp.zeros(cfg.max_iter, jnp.int32))
-    mask, alpha, Phi, fit, b, sigma, _, n_pruned, it, done, status, ev_trace, act_trace = \
+    slot_pos, mask, alpha, Phi, fit, b, sigma, _, n_pruned, it, done, status, ev_trace, act_trace = \
         jax.lax.while_loop(cond, body, init)
     status = jnp.where(done, status, Status.MAX_ITER).astype(jnp.int32)
     if cfg.progress:
         emit(_sbor_line, final=True, it=it, evidence=fit.evidence,
              n_active=jnp.sum(mask).astype(jnp.int32), converged=done & (status == Status.SUCCESS))
-    rows = jnp.where(mask, cand_index, -1)
+    rows = jnp.where(mask, cand_index[slot_pos], -1)
     return ISBORResult(
         relevance_index=rows, mask=mask, centres=_centres(X, rows, mask, cfg), w=fit.w,
         chol=fit.chol, alpha=alpha, b=b, sigma=sigma, theta=theta, log_evidence=fit.evidence,

@@ -258,11 +258,16 @@ def test_capacity_reached_is_a_status_not_a_crash(data):
     assert int(r.n_active) == K
 
 
-@pytest.mark.slow
-def test_sbor_is_sparse_and_agrees_with_isbor(data, fitted):
+@pytest.fixture(scope="module")
+def sbor_fitted(data):
     X, y = data
-    r = fit_sbor(jnp.asarray(X), jnp.asarray(y), jnp.ones(N), jnp.arange(N), jnp.ones(N, bool), THETA,
-                 config=dataclasses.replace(CONFIG, max_iter=200))
+    return fit_sbor(jnp.asarray(X), jnp.asarray(y), jnp.ones(N), jnp.arange(N), jnp.ones(N, bool), THETA,
+                    config=dataclasses.replace(CONFIG, max_iter=200))
+
+
+@pytest.mark.slow
+def test_sbor_is_sparse_and_agrees_with_isbor(sbor_fitted, fitted):
+    r = sbor_fitted
     assert int(r.status) in (Status.SUCCESS, Status.MAX_ITER)
     assert int(r.n_active) < N // 2 and int(r.n_pruned) == N - int(r.n_active)
     Xt, yt = tiny_data(seed=3, n=400)
@@ -270,6 +275,26 @@ def test_sbor_is_sparse_and_agrees_with_isbor(data, fitted):
     acc_i = np.mean(np.asarray(predict_isbor(fitted, jnp.asarray(Xt)).labels) == yt)
     assert acc_s > 0.7 and acc_i > 0.7
     assert abs(acc_s - acc_i) < 0.1
+
+
+@pytest.mark.slow
+def test_sbor_compacted_state_is_the_dense_fit_on_its_survivors(sbor_fitted, data):
+    """After pruning, survivors sit in the leading slots and the stored posterior is the
+    from-scratch Laplace fit on just those columns (the tiered, compacted work is exact)."""
+    X, y = data
+    r = sbor_fitted
+    mask = np.asarray(r.mask)
+    m = int(r.n_active)
+    np.testing.assert_array_equal(mask, np.arange(N) < m)
+    rows = np.asarray(r.relevance_index)[:m]
+    assert len(set(rows.tolist())) == m and rows.min() >= 0
+    Phi = kernel_matrix(jnp.asarray(X), jnp.asarray(X[rows]), THETA)
+    alpha = r.alpha[:m]
+    ref = newton_map(Phi, jnp.asarray(y), jnp.ones(N), r.b, r.sigma, alpha, jnp.zeros(m), 1e-13)
+    np.testing.assert_allclose(np.asarray(r.w)[:m], ref.w, rtol=1e-6, atol=1e-9)
+    np.testing.assert_array_equal(np.asarray(r.w)[m:], 0.0)
+    np.testing.assert_allclose(r.log_evidence, laplace_log_evidence(ref.log_post, ref.chol, alpha),
+                               rtol=1e-9)
 
 
 def test_config_rejects_capacity_below_classes():
