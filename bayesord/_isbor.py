@@ -295,6 +295,25 @@ def _hyper_step(Phi, y, weights, alpha, b, sigma, fit: _Fit, lr, rtol, cfg):
     return jnp.where(accept, b_new, b), jnp.where(accept, sigma_new, sigma), new_fit, lr
 
 
+def _tiered_laplace(n_used, Phi, y, weights, b, sigma, alpha, w0, rtol, cfg) -> _Fit:
+    """:func:`_laplace` on the first ``T >= n_used`` slots (a tier), padded back to full width."""
+    cap = Phi.shape[1]
+    return _by_tier(n_used, cap, lambda T: _pad_fit(_laplace(
+        Phi[:, :T], y, weights, b, sigma, alpha[:T], w0[:T], rtol, cfg), cap))
+
+
+def _tiered_hyper_step(n_used, Phi, y, weights, alpha, b, sigma, fit: _Fit, lr, rtol, cfg):
+    """:func:`_hyper_step` on the first ``T >= n_used`` slots, its fit padded to full width."""
+    cap = Phi.shape[1]
+
+    def step(T):
+        b_new, sigma_new, f, lr_new = _hyper_step(Phi[:, :T], y, weights, alpha[:T], b, sigma,
+                                                  _slice_fit(fit, T), lr, rtol, cfg)
+        return b_new, sigma_new, _pad_fit(f, cap), lr_new
+
+    return _by_tier(n_used, cap, step)
+
+
 def _link_terms(Phi, w, y, weights, b, sigma, cfg):
     """Curvature H and ``H t_hat = H f + g`` at the current MAP (never t_hat itself)."""
     f = Phi @ w
@@ -585,8 +604,7 @@ def fit_isbor(X, y, weights, cand_index, cand_valid, key, theta, *, config: ISBO
         slot_of = slot_of.at[j].set(jnp.where(is_add, slot, jnp.where(is_del, -1, slot_of[j])))
 
         n_new = n_active + is_add.astype(jnp.int32) - is_del.astype(jnp.int32)
-        trial = _by_tier(n_new, cap, lambda T: _pad_fit(_laplace(
-            Phi[:, :T], y, weights, s.b, s.sigma, alpha[:T], w0[:T], newton_rtol, cfg), cap))
+        trial = _tiered_laplace(n_new, Phi, y, weights, s.b, s.sigma, alpha, w0, newton_rtol, cfg)
         accept = changes & trial.ok & (trial.evidence >= e_start - 1e-9 * (1.0 + jnp.abs(e_start)))
         keep = lambda new, old: jnp.where(accept, new, old)
         fit = jax.tree_util.tree_map(keep, trial, s.fit)
@@ -595,12 +613,8 @@ def fit_isbor(X, y, weights, cand_index, cand_valid, key, theta, *, config: ISBO
         barred = jnp.where(accept, jnp.zeros_like(s.barred), s.barred.at[j].set(s.barred[j] | changes))
         n_pruned = s.n_pruned + (accept & (act == Action.PRUNE)).astype(jnp.int32)
 
-        def hyper(T):
-            b, sigma, f, lr = _hyper_step(Phi[:, :T], y, weights, alpha[:T], s.b, s.sigma,
-                                          _slice_fit(fit, T), s.lr, newton_rtol, cfg)
-            return b, sigma, _pad_fit(f, cap), lr
-
-        b, sigma, fit, lr = _by_tier(jnp.sum(mask).astype(jnp.int32), cap, hyper)
+        b, sigma, fit, lr = _tiered_hyper_step(jnp.sum(mask).astype(jnp.int32), Phi, y, weights, alpha,
+                                               s.b, s.sigma, fit, s.lr, newton_rtol, cfg)
 
         code = jnp.where(changes & ~accept, Action.REJECTED, act).astype(jnp.int32)
         converged = (best < min_delta) & (jnp.abs(fit.evidence - e_start) < min_delta)
@@ -691,15 +705,9 @@ def fit_sbor(X, y, weights, cand_index, cand_valid, theta, *, config: ISBORConfi
         Phi = Phi[:, perm] * mask[None, :]
         w0 = jnp.where(mask, fit.w[perm], 0.0)
         n_keep = jnp.sum(mask).astype(jnp.int32)
-        fit = _by_tier(n_keep, m, lambda T: _pad_fit(_laplace(
-            Phi[:, :T], y, weights, b, sigma, alpha[:T], w0[:T], newton_rtol, cfg), m))
-
-        def hyper(T):
-            bT, sT, f, lrT = _hyper_step(Phi[:, :T], y, weights, alpha[:T], b, sigma,
-                                         _slice_fit(fit, T), lr, newton_rtol, cfg)
-            return bT, sT, _pad_fit(f, m), lrT
-
-        b, sigma, fit, lr = _by_tier(n_keep, m, hyper)
+        fit = _tiered_laplace(n_keep, Phi, y, weights, b, sigma, alpha, w0, newton_rtol, cfg)
+        b, sigma, fit, lr = _tiered_hyper_step(n_keep, Phi, y, weights, alpha, b, sigma, fit, lr,
+                                               newton_rtol, cfg)
         converged = (jnp.abs(fit.evidence - e_start) < min_delta) & (dlog < alpha_tol)
         n_prune = jnp.sum(prune).astype(jnp.int32)
         status = jnp.where(fit.ok, status, Status.NONFINITE).astype(jnp.int32)
