@@ -434,7 +434,7 @@ def _by_tier(n_active, cap, make):
 
 
 def _progress_line(solver, v):
-    """``ISBOR iter 37/500  log-evidence -1234.5  RVs 22`` (ranges over a vmapped grid)."""
+    """``ISBOR iter 37/500  log-evidence -1234.5  RVs 22`` (ranges when the fit is vmapped)."""
     it, ev, rv = v["it"], v["evidence"], v["n_active"]
     rvs = f"{rv.min()}-{rv.max()}" if rv.min() != rv.max() else f"{rv.max()}"
     ev_txt = f"{np.nanmax(ev):.1f}" if np.any(np.isfinite(ev)) else "nan"

@@ -4,6 +4,8 @@ The default-run fits reuse the shapes and configuration of tests/test_isbor.py (
 K=3, capacity 16) so the compiled solver is shared.
 """
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from sklearn.exceptions import ConvergenceWarning
@@ -117,6 +119,14 @@ def test_theta_auto_by_evidence_and_cv(data):
     ev = small_model(theta="auto", theta_grid=(0.1, 1.0, 10.0)).fit(X, y)
     assert ev.theta_ in (0.1, 1.0, 10.0) and ev.theta_grid_scores_.shape == (3,)
     assert ev.theta_ == (0.1, 1.0, 10.0)[int(np.argmax(ev.theta_grid_scores_))]
+    # The grid is one sequential call (lax.map); its scores are the evidences of separate fits.
+    Xj, yj, sw = jnp.asarray(X), jnp.asarray(y, jnp.int32), jnp.ones(len(y))
+    key = jax.random.PRNGKey(3)
+    _, scores = ev._select_theta(Xj, yj, sw, 3, key, np.random.RandomState(0))
+    cand = jnp.arange(len(y), dtype=jnp.int32)
+    config = ev._config(len(y), len(y), 3, Xj.dtype)
+    separate = [float(ev._solve(Xj, yj, sw, cand, key, t, config).log_evidence) for t in (0.1, 1.0, 10.0)]
+    np.testing.assert_allclose(scores, separate, rtol=1e-6)  # one program vs three: rounding
     cv = small_model(theta="auto", theta_grid=(0.1, 1.0), theta_selection="cv", cv=3).fit(X, y)
     assert cv.theta_ in (0.1, 1.0) and np.all(cv.theta_grid_scores_ <= 0)
 
