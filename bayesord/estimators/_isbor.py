@@ -246,7 +246,9 @@ class ISBOR(_SparseBayesOrdinal):
         capacity: maximum number of relevance vectors (active-set buffer size).  Reaching it
             stops the fit with a warning.
         max_iter: cap on Algorithm 1 iterations.
-        min_delta: stopping tolerance on the log evidence.
+        min_delta: stopping tolerance on the log evidence (nats).  On thousands of rows
+            ``1e-3 * n`` gives models of the paper's size in a fraction of the time
+            (``docs/isbor.md``, Benchmarks).
         n_centres: restrict candidate centres to this many training rows (``None``: all).
             Cost per iteration is proportional to the number of candidates.
         centre_selection: ``"random"`` or ``"kmeans++"`` for ``n_centres``.
