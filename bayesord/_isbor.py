@@ -434,15 +434,18 @@ def _by_tier(n_active, cap, make):
 
 
 def _progress_line(solver, v):
-    """``ISBOR iter 37/500  log-evidence -1234.5  RVs 22`` (ranges when the fit is vmapped)."""
+    """``ISBOR theta 0.3 iter 37/500  log-evidence -1234.5  RVs 22`` (ranges when vmapped)."""
     it, ev, rv = v["it"], v["evidence"], v["n_active"]
-    rvs = f"{rv.min()}-{rv.max()}" if rv.min() != rv.max() else f"{rv.max()}"
+    span = lambda a, f: f"{f(a.min())}-{f(a.max())}" if a.min() != a.max() else f"{f(a.max())}"
+    rvs = span(rv, int)
     ev_txt = f"{np.nanmax(ev):.1f}" if np.any(np.isfinite(ev)) else "nan"
     best = " max" if ev.size > 1 else ""
     head = f"{solver}{batch_label(v)}"
+    if "theta" in v:  # the kernel width tells the fits of a width grid apart
+        head += f" theta {span(v['theta'], lambda t: format(float(t), 'g'))}"
     if "converged" in v:
         done = int(np.sum(v["converged"]))
-        its = f"{it.min()}-{it.max()}" if it.min() != it.max() else f"{it.max()}"
+        its = span(it, int)
         return (f"{head} done: {its} iterations  log-evidence{best} {ev_txt}  RVs {rvs}  "
                 f"({done}/{v['converged'].size} converged)")
     return f"{head} iter {it.max()}/{v['max_iter'].max()}  log-evidence{best} {ev_txt}  RVs {rvs}"
@@ -569,7 +572,7 @@ def fit_isbor(X, y, weights, cand_index, cand_valid, key, theta, *, config: ISBO
         e_start = s.fit.evidence
         n_active = jnp.sum(s.mask).astype(jnp.int32)
         if cfg.progress:
-            emit(_isbor_line, it=s.it, max_iter=cfg.max_iter, evidence=e_start, n_active=n_active)
+            emit(_isbor_line, it=s.it, max_iter=cfg.max_iter, evidence=e_start, n_active=n_active, theta=theta)
         H, Ht = _link_terms(s.Phi, s.fit.w, y, weights, s.b, s.sigma, cfg)
         S, Q = _by_tier(n_active, cap, lambda T: candidate_stats(
             block_rows, s.Phi[:, :T], s.fit.chol[:T, :T], H, Ht, n_pad, block))
@@ -632,7 +635,7 @@ def fit_isbor(X, y, weights, cand_index, cand_valid, key, theta, *, config: ISBO
     s = jax.lax.while_loop(cond, body, state)
     status = jnp.where(s.done, s.status, Status.MAX_ITER).astype(jnp.int32)
     if cfg.progress:
-        emit(_isbor_line, final=True, it=s.it, evidence=s.fit.evidence,
+        emit(_isbor_line, final=True, it=s.it, evidence=s.fit.evidence, theta=theta,
              n_active=jnp.sum(s.mask).astype(jnp.int32), converged=s.done & (status == Status.SUCCESS))
     rows = jnp.where(s.mask, cand_index[jnp.maximum(s.slot_pos, 0)], -1)
     return ISBORResult(

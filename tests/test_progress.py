@@ -87,11 +87,11 @@ def test_isbor_progress_lines_follow_the_evidence_trace(capsys):
     assert len(out) == n_iter + 1  # one call per iteration, one at the end
     trace = np.asarray(loud.evidence_trace)
     for k, line in enumerate(out[:-1]):
-        m = re.fullmatch(r"ISBOR iter (\d+)/40  log-evidence (\S+)  RVs (\d+)", line)
+        m = re.fullmatch(r"ISBOR theta 1 iter (\d+)/40  log-evidence (\S+)  RVs (\d+)", line)
         assert m, line
         assert int(m.group(1)) == k
         assert float(m.group(2)) == pytest.approx(trace[k], abs=0.051)
-    m = re.fullmatch(r"ISBOR done: (\d+) iterations  log-evidence (\S+)  RVs (\d+)  \((\d)/1 converged\)",
+    m = re.fullmatch(r"ISBOR theta 1 done: (\d+) iterations  log-evidence (\S+)  RVs (\d+)  \((\d)/1 converged\)",
                      out[-1])
     assert m, out[-1]
     assert int(m.group(1)) == n_iter
@@ -121,7 +121,7 @@ def test_vmapped_grid_prints_one_line_per_step(capsys):
     n_iter = np.asarray(loud.n_iter)
     assert n_iter.min() != n_iter.max()
     assert len(out) == n_iter.max() + 1  # not twice as many
-    assert all(s.startswith("ISBOR [2 fits] ") for s in out)
+    assert all(s.startswith("ISBOR [2 fits] theta 0.5-2 ") for s in out)
     assert f"done: {n_iter.min()}-{n_iter.max()} iterations" in out[-1]
     assert f"({int(np.sum(loud.converged))}/2 converged)" in out[-1]
 
@@ -218,10 +218,12 @@ def test_isbor_estimator_verbose(capsys):
     out = lines(capsys)
     np.testing.assert_array_equal(quiet.coef_, loud.coef_)
     np.testing.assert_array_equal(quiet.theta_grid_scores_, loud.theta_grid_scores_)
-    grid = [s for s in out if s.startswith("theta grid by evidence (2 widths)  ISBOR [2 fits]")]
+    # The widths are fitted one after the other, each line naming its width.
+    for t in (0.5, 2.0):
+        done = [s for s in out if s.startswith(f"theta grid by evidence (2 widths)  ISBOR theta {t:g} done:")]
+        assert len(done) == 1
     final = [s for s in out if s.startswith("ISBOR ")]
-    assert grid and grid[-1].split("  ISBOR [2 fits] ")[1].startswith("done:")
-    assert len(final) == loud.n_iter_ + 1 and final[-1].startswith("ISBOR done:")
+    assert len(final) == loud.n_iter_ + 1 and final[-1].startswith(f"ISBOR theta {loud.theta_:g} done:")
     with pytest.raises(ValueError, match="verbose"):
         ISBOR(verbose=-1, theta=1.0).fit(X, y)
 
@@ -234,7 +236,8 @@ def test_isbor_cv_selection_labels_each_width(capsys):
     cv = ISBOR(verbose=True, theta_selection="cv", cv=2, **kw).fit(X, y)
     out = lines(capsys)
     for i, t in enumerate((0.5, 2.0)):
-        assert any(s.startswith(f"theta {t:g} ({i + 1}/2), 2-fold CV  ISBOR [2 fits] done:") for s in out)
+        head = f"theta {t:g} ({i + 1}/2), 2-fold CV  ISBOR theta {t:g} done:"
+        assert sum(s.startswith(head) for s in out) == 2  # one per fold
     assert cv.theta_ in (0.5, 2.0)
 
 
@@ -286,7 +289,7 @@ def test_updates_are_throttled_but_final_lines_are_not(monkeypatch, capsys):
     run_isbor(True)
     out = lines(capsys)
     assert len(out) == 2  # the first update and the final one
-    assert out[0].startswith("ISBOR iter 0/40") and out[1].startswith("ISBOR done:")
+    assert out[0].startswith("ISBOR theta 1 iter 0/40") and out[1].startswith("ISBOR theta 1 done:")
 
 
 def test_cli_flags():
