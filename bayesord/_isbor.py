@@ -342,7 +342,7 @@ def candidate_stats(rows, Phi, chol, H, Ht, n_cand: int, block: int):
         ``(S, Q)``, each (n_cand,).
     """
     G = jnp.concatenate([Phi * H[:, None], Ht[:, None]], axis=1)  # (N, T + 1)
-    mu = chol_solve(chol, G[:, -1] @ Phi)  # Sigma Phi^T H t_hat (= w* at the MAP)
+    mu = chol_solve(chol, Ht @ Phi)  # Sigma Phi^T H t_hat (= w* at the MAP)
 
     def one(start):
         K = rows(start)
@@ -616,7 +616,7 @@ def fit_isbor(X, y, weights, cand_index, cand_valid, key, theta, *, config: ISBO
         barred = jnp.where(accept, jnp.zeros_like(s.barred), s.barred.at[j].set(s.barred[j] | changes))
         n_pruned = s.n_pruned + (accept & (act == Action.PRUNE)).astype(jnp.int32)
 
-        b, sigma, fit, lr = _tiered_hyper_step(jnp.sum(mask).astype(jnp.int32), Phi, y, weights, alpha,
+        b, sigma, fit, lr = _tiered_hyper_step(jnp.where(accept, n_new, n_active), Phi, y, weights, alpha,
                                                s.b, s.sigma, fit, s.lr, newton_rtol, cfg)
 
         code = jnp.where(changes & ~accept, Action.REJECTED, act).astype(jnp.int32)

@@ -125,7 +125,8 @@ def test_theta_auto_by_evidence_and_cv(data):
     _, scores = ev._select_theta(Xj, yj, sw, 3, key, np.random.RandomState(0))
     cand = jnp.arange(len(y), dtype=jnp.int32)
     config = ev._config(len(y), len(y), 3, Xj.dtype)
-    separate = [float(ev._solve(Xj, yj, sw, cand, key, t, config).log_evidence) for t in (0.1, 1.0, 10.0)]
+    separate = [float(ev._solver(Xj, yj, sw, cand, key, t, ev.min_delta, config).log_evidence)
+                for t in (0.1, 1.0, 10.0)]
     np.testing.assert_allclose(scores, separate, rtol=1e-6)  # one program vs three: rounding
     cv = small_model(theta="auto", theta_grid=(0.1, 1.0), theta_selection="cv", cv=3).fit(X, y)
     assert cv.theta_ in (0.1, 1.0) and np.all(cv.theta_grid_scores_ <= 0)

@@ -29,6 +29,38 @@ def _check_positive(value, name):
     return float(value)
 
 
+def _isbor_solve(X, y, sw, cand, key, theta, min_delta, config):
+    return fit_isbor(X, y, sw, cand, jnp.ones(cand.shape[0], bool), key, theta, config=config,
+                     min_delta=min_delta)
+
+
+def _sbor_solve(X, y, sw, cand, key, theta, min_delta, config):
+    return fit_sbor(X, y, sw, cand, jnp.ones(cand.shape[0], bool), theta, config=config,
+                    min_delta=min_delta)
+
+
+# Width grids and CV folds run in sequence with ``lax.map``, as one compiled call.  ``vmap``
+# is the wrong tool here: batched, the solver's tier switch runs every tier, and the loop
+# runs until the slowest width (often one that fills the buffer) is done: a 4-width grid on
+# 500 rows of bank8fm did not finish in 10 minutes batched, and takes 3.3 s in sequence.
+# Module-level and jitted on (solver, config), so later fits reuse the compiled program.
+
+@partial(jax.jit, static_argnames=("solver", "config"))
+def _fit_widths(thetas, X, y, sw, cand, key, min_delta, *, solver, config):
+    """``solver`` at every width of ``thetas`` (stacked results)."""
+    return jax.lax.map(lambda t: solver(X, y, sw, cand, key, t, min_delta, config), thetas)
+
+
+@partial(jax.jit, static_argnames=("solver", "config"))
+def _fold_labels(theta, fold_weights, X, y, cand, key, min_delta, *, solver, config):
+    """Predicted labels on every row from one fit per row of ``fold_weights``, (folds, n)."""
+    def one(train_w):
+        res = solver(X, y, train_w, cand, key, theta, min_delta, config)
+        return predict_isbor(res, X, kernel=config.kernel, degree=config.degree, link=config.link).labels
+
+    return jax.lax.map(one, fold_weights)
+
+
 class _SparseBayesOrdinal(OrdinalEstimator):
     """Shared fit/predict plumbing; subclasses choose the solver."""
 
@@ -100,7 +132,7 @@ class _SparseBayesOrdinal(OrdinalEstimator):
         else:
             theta = float(self.theta)
         config = self._config(n, cand.shape[0], n_classes, Xj.dtype)
-        res = self._solve(Xj, yj, swj, cand, key, theta, config)
+        res = self._solver(Xj, yj, swj, cand, key, theta, self.min_delta, config)
         check_status(int(res.status), self._solver_name)
         self._store(res, X, config)
         return self
@@ -114,14 +146,8 @@ class _SparseBayesOrdinal(OrdinalEstimator):
         return jnp.sort(jax.random.permutation(key, n)[: self.n_centres]).astype(jnp.int32)
 
     def _select_theta(self, X, y, sw, n_classes, key, rng):
-        """Kernel width by the evidence over the grid or by k-fold CV on MAE.
-
-        Each is one compiled call that runs the grid (or the folds) in sequence with
-        ``lax.map``.  ``vmap`` is the wrong tool here: batched, the solver's tier switch
-        runs every tier, and the loop runs until the slowest width (often one that fills
-        the buffer) is done: a 4-width grid on 500 rows of bank8fm did not finish in 10
-        minutes batched, and takes 3.3 s in sequence.
-        """
+        """Kernel width by the evidence over the grid (:func:`_fit_widths`) or by k-fold CV on
+        MAE (:func:`_fold_labels` per width)."""
         grid = np.asarray(self.theta_grid, dtype=float)
         n = X.shape[0]
         if n > self.selection_max_samples:
@@ -133,24 +159,18 @@ class _SparseBayesOrdinal(OrdinalEstimator):
         cand = self._candidates(X, key)
         config = self._config(n, cand.shape[0], n_classes, X.dtype)
         thetas = jnp.asarray(grid, X.dtype)
+        run = dict(solver=self._solver, config=config)
         if self.theta_selection == "evidence":
-            fit = jax.jit(lambda ts: jax.lax.map(lambda t: self._solve(X, y, sw, cand, key, t, config), ts))
             with prefix(f"theta grid by evidence ({grid.size} widths)"):
-                scores = np.asarray(fit(thetas).log_evidence)
+                scores = np.asarray(_fit_widths(thetas, X, y, sw, cand, key, self.min_delta, **run).log_evidence)
             scores = np.where(np.isfinite(scores), scores, -np.inf)
             return float(grid[int(np.argmax(scores))]), scores
         folds = rng.permutation(n) % self.cv
         weights = jnp.stack([jnp.where(jnp.asarray(folds) == k, 0.0, sw) for k in range(self.cv)])
-
-        def one_fold(t, train_w):
-            res = self._solve(X, y, train_w, cand, key, t, config)
-            return predict_isbor(res, X, kernel=config.kernel, degree=config.degree, link=config.link).labels
-
-        all_folds = jax.jit(lambda t: jax.lax.map(partial(one_fold, t), weights))
         mae = []
         for i, t in enumerate(thetas):
             with prefix(f"theta {grid[i]:g} ({i + 1}/{grid.size}), {self.cv}-fold CV"):
-                labels = np.asarray(all_folds(t))
+                labels = np.asarray(_fold_labels(t, weights, X, y, cand, key, self.min_delta, **run))
             err = [np.mean(np.abs(labels[k][folds == k] - np.asarray(y)[folds == k])) for k in range(self.cv)]
             mae.append(np.mean(err))
         scores = -np.asarray(mae)
@@ -283,6 +303,7 @@ class ISBOR(_SparseBayesOrdinal):
     """
 
     _solver_name = "ISBOR"
+    _solver = staticmethod(_isbor_solve)
 
     def __init__(self, kernel="rbf", theta="auto", theta_grid=_DEFAULT_GRID, theta_selection="evidence",
                  cv=5, selection_max_samples=2000, degree=2, capacity=128, max_iter=500, min_delta=1e-2,
@@ -317,10 +338,6 @@ class ISBOR(_SparseBayesOrdinal):
     def _capacity(self, n_cand):
         return int(min(self.capacity, max(n_cand, 1)))
 
-    def _solve(self, X, y, sw, cand, key, theta, config):
-        return fit_isbor(X, y, sw, cand, jnp.ones(cand.shape[0], bool), key, theta, config=config,
-                         min_delta=self.min_delta)
-
 
 class SBOR(_SparseBayesOrdinal):
     """Batch sparse Bayesian ordinal regression (all basis functions start active; baseline).
@@ -332,6 +349,7 @@ class SBOR(_SparseBayesOrdinal):
     """
 
     _solver_name = "SBOR"
+    _solver = staticmethod(_sbor_solve)
 
     def __init__(self, kernel="rbf", theta="auto", theta_grid=_DEFAULT_GRID, theta_selection="evidence",
                  cv=5, selection_max_samples=1000, degree=2, max_iter=300, min_delta=1e-2,
@@ -357,7 +375,3 @@ class SBOR(_SparseBayesOrdinal):
 
     def _capacity(self, n_cand):
         return int(n_cand)
-
-    def _solve(self, X, y, sw, cand, key, theta, config):
-        return fit_sbor(X, y, sw, cand, jnp.ones(cand.shape[0], bool), theta, config=config,
-                        min_delta=self.min_delta)
