@@ -1,9 +1,9 @@
 """ISBOR benchmark: the paper's synthetic problem and real datasets, with SBOR as the peer.
 
-Prints tables and writes ``benchmarks/results/isbor.json`` (or ``--out``).  For each setting it reports
-test MAE, the number of relevance vectors, and fit time split into the first call
-(compilation + run) and later calls (run only, same shapes, ``block_until_ready`` inside
-the estimator's fit).  The speed ratio is SBOR run time / ISBOR run time in the same run.
+Prints tables and writes ``benchmarks/results/isbor.json`` (or ``--out``).  For each
+setting it reports test MAE, the number of relevance vectors, and fit time split into the
+first call (compilation + run) and later calls (run only, same shapes,
+``block_until_ready`` inside the estimator's fit).  The speed ratio is SBOR run time / ISBOR run time in the same run.
 The machine has 2 cores shared with other jobs: timings are noisy.
 
 Protocol (ISBOR paper, Section 5): inputs standardised with training statistics, the
