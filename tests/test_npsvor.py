@@ -9,6 +9,7 @@ import scipy.sparse as sp
 
 from bayesord._npsvor import (
     NPSVORConfig,
+    _permutation,
     cv_npsvor,
     decision_values,
     fit_npsvor,
@@ -202,6 +203,30 @@ def test_csr_duplicates_and_unsorted_indices_are_summed(data):
     np.testing.assert_allclose(b.coef, a.coef, atol=1e-10)
 
 
+@pytest.mark.parametrize("solver", ["dcd2", "block"])
+def test_chunks_and_unrolling_only_regroup_the_same_steps(data, solver):
+    """Gathering a chunk of coordinates at once and unrolling must not change the solve."""
+    X, y = data
+    base = _fit(X, y, solver, tol=0.1, block_size=4)
+    for chunk, unroll in ((1, 1), (5, 3), (16, 2)):
+        other = _fit(X, y, solver, tol=0.1, block_size=4, chunk=chunk, unroll=unroll)
+        np.testing.assert_allclose(other.coef, base.coef, atol=1e-12)
+        np.testing.assert_allclose(other.alpha, base.alpha, atol=1e-12)
+        np.testing.assert_array_equal(other.n_iter, base.n_iter)
+        np.testing.assert_array_equal(other.n_updates, base.n_updates)
+
+
+@pytest.mark.parametrize("x64", [True, False])
+def test_pass_order_is_a_permutation(x64):
+    with jax.enable_x64(x64):
+        orders = [np.asarray(_permutation(jax.random.key(k), n)) for k in (0, 1)
+                  for n in (1, 2, 37, 1000)]
+    for order in orders:
+        np.testing.assert_array_equal(np.sort(order), np.arange(order.size))
+    assert not np.array_equal(orders[3], orders[7])  # another key, another order
+    assert not np.array_equal(orders[3], np.arange(1000))
+
+
 def _grid_setup(data):
     X, y = data
     return X, y, to_padded_rows(X, bias=1.0), NPSVORConfig(n_features=D + 1), jax.random.key(5)
@@ -265,12 +290,20 @@ def test_cv_fold_mae_matches_separate_fit(data):
     cfg = NPSVORConfig(n_features=D + 1)
     folds = np.arange(N) % 3
     cv = cv_npsvor(E, y, P, [0.5, 1.0], 3, EPS, 0.1, jax.random.key(2), cfg, folds=folds)
-    per_C = cv_npsvor(E, y, P, [0.5, 1.0], 3, EPS, 0.1, jax.random.key(2), cfg, folds=folds,
-                      one_call=False)
-    np.testing.assert_allclose(per_C.fits.coef, cv.fits.coef, atol=1e-12)
+    whole = cv_npsvor(E, y, P, [0.5, 1.0], 3, EPS, 0.1, jax.random.key(2), cfg, folds=folds,
+                      one_call=True)
+    np.testing.assert_allclose(whole.fits.coef, cv.fits.coef, atol=1e-12)
     for f in range(3):
         tr = folds != f
         one = fit_npsvor(E, y, P, 1.0, 1.0, EPS, 0.1, jax.random.key(2), cfg,
                          sample_weight=tr.astype(float))
         pred = np.asarray(predict_r_new(decision_values(one.coef, E)))
         np.testing.assert_allclose(cv.fold_mae[1, f], np.mean(np.abs(pred - y)[~tr]))
+
+
+@pytest.mark.parametrize("bad", [dict(solver="sgd"), dict(block_size=0), dict(max_iter=0),
+                                 dict(unroll=0), dict(chunk=0)])
+def test_config_rejects_bad_settings(bad):
+    name = next(iter(bad))
+    with pytest.raises(ValueError, match=name):
+        NPSVORConfig(n_features=3, **bad)

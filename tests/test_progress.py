@@ -196,8 +196,8 @@ def test_npsvor_cv_per_value_loop_labels_each_value(capsys):
     X, y = npsvor_data()
     E = to_padded_rows(X, bias=1.0)
     args = (E, y, K, [0.1, 1.0], 3, 0.1, 0.1, jax.random.key(0))
-    quiet = cv_npsvor(*args, NPSVORConfig(n_features=4), one_call=False)
-    loud = cv_npsvor(*args, NPSVORConfig(n_features=4, progress=True), one_call=False)
+    quiet = cv_npsvor(*args, NPSVORConfig(n_features=4))
+    loud = cv_npsvor(*args, NPSVORConfig(n_features=4, progress=True))
     out = lines(capsys)
     np.testing.assert_array_equal(quiet.fold_mae, loud.fold_mae)
     done = [s for s in out if "done:" in s]
