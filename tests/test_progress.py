@@ -258,8 +258,9 @@ def test_tor_and_npsvor_estimators_verbose(capsys):
     loud = NPSVOR(Cs=[0.1, 1.0], cv=2, random_state=0, verbose=1).fit(X, y)
     out = lines(capsys)
     np.testing.assert_array_equal(quiet.coef_, loud.coef_)
-    assert any(s.startswith("CV grid: 2 values of C x 2 folds  NPSVOR done:") and
-               s.endswith(f"/{2 * 2 * K} problems") for s in out)
+    for i, c in enumerate(("0.1", "1")):  # one solve per C value, each with its folds
+        assert any(s.startswith(f"2-fold  CV C={c} ({i + 1}/2)  NPSVOR done:") and
+                   s.endswith(f"/{2 * K} problems") for s in out)
     assert out[-1].startswith("NPSVOR done:")  # the refit on all rows, without the CV label
 
 

@@ -176,7 +176,7 @@ class NPSVOR(OrdinalEstimator):
         key = jax.random.key(int(rs.randint(2**31 - 1)))
         weights = None if np.all(sw == 1.0) else sw
         if Cs is not None:
-            with prefix(f"CV grid: {Cs.size} values of C x {int(self.cv)} folds"):
+            with prefix(f"{int(self.cv)}-fold"):
                 cvr = cv_npsvor(E, codes, p, Cs, int(self.cv), eps, tol, key, config,
                                 sample_weight=weights, predictor=self.predictor,
                                 seed=int(rs.randint(2**31 - 1)))
