@@ -56,7 +56,7 @@ m rows of P contiguous numbers.  A problem for which that variable is not active
 or a row of zero weight, which is how a CV fold leaves rows out) does a no-op step, so every
 problem visits its own active variables in the permutation's order, and its result does
 not depend on what else is in the batch.  A step costs a few kernel launches on XLA:CPU
-(about 0.6 us for five problems on Treebank, see ``docs/npsvor.md``); problems that have
+(about 0.9 us for five problems on Treebank, see ``docs/npsvor.md``); problems that have
 converged do no-op steps until the last one finishes.
 
 Sparse data
