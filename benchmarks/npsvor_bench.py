@@ -97,7 +97,7 @@ def cv_variants(quick, bias):
     """
     if quick or bias:
         return [("dcd2", 1, False)]
-    return [("dcd2", 1, False), ("dcd2", 1, True), ("block", 64, False)]
+    return [("dcd2", 1, False), ("dcd2", 1, True), ("dcd1", 1, False), ("block", 64, False)]
 
 
 def single_fits(Xtr, ytr, Xte, yte, quick, rows):
@@ -214,7 +214,8 @@ def main():
     cv_grid(Xtr, ytr, Xte, yte, args.quick, rows)
     print("== synthetic sparse scale problem (fresh process each)")
     size = ("20000", "100000", "50") if args.quick else ("200000", "1000000", "50")
-    for solver, bs in (("block", "256"),) if args.quick else (("block", "256"), ("dcd2", "1")):
+    full = (("dcd2", "1"), ("dcd1", "1"), ("block", "256"))
+    for solver, bs in (("dcd2", "1"),) if args.quick else full:
         out = subprocess.run([sys.executable, __file__, "--scale-only", *size, solver, bs],
                              capture_output=True, text=True, check=True)
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
