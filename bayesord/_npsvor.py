@@ -80,6 +80,7 @@ from jax import lax
 
 import warnings
 
+from ._loops import jit_serial_cpu, permutation
 from ._progress import emit, prefix
 from ._sparse import PaddedRows, row_dots
 from ._status import Status
@@ -308,23 +309,6 @@ def _line_search(d, alpha, B, lin, soft, eps, a):
     return jnp.where(none, 1.0, t)
 
 
-def _permutation(key, n):
-    """A uniformly random permutation of range(n) by one sort.
-
-    ``jax.random.permutation`` sorts several times to make ties impossible, which costs
-    about 3.8 ms for n = 9,484 on XLA:CPU, as much as a fifth of a pass.  Here each index
-    gets a random 32-bit key in the high half of a 64-bit word and itself in the low half,
-    and one sort of those words (0.4 ms) orders the indices by key; equal keys (probability
-    about n^2 / 2^33) fall back to index order.  Without 64-bit types (``jax_enable_x64``
-    off) the keys and indices are sorted as two operands instead.
-    """
-    bits = jax.random.bits(key, (n,), dtype=jnp.uint32)
-    if jax.config.jax_enable_x64:
-        packed = (bits.astype(jnp.uint64) << 32) | jnp.arange(n, dtype=jnp.uint64)
-        return (jnp.sort(packed) & 0xFFFFFFFF).astype(jnp.int32)
-    return lax.sort_key_val(bits, jnp.arange(n, dtype=jnp.int32))[1]
-
-
 def _objectives(W, alpha_v, vars_, X, in_I, ytilde, upper, eps):
     """Primal (4) and dual (6)/(20) objectives of all P problems, W of shape (d, P).
 
@@ -483,7 +467,7 @@ def _solve(X, ytilde, in_I, upper, eps, tol, key, config):
         if config.progress:
             emit(_progress_line, it=it, done=done, ratio=ratio, max_iter=config.max_iter)
         k, sub = jax.random.split(k)
-        perm = _permutation(sub, V)
+        perm = permutation(sub, V)
         act = (active[perm] > 0) & ~done[None, :]                                # (V, P)
         n_act = jnp.sum(act, axis=0).astype(jnp.int32)
         visit = jnp.any(act, axis=1)
@@ -540,19 +524,9 @@ def _solve(X, ytilde, in_I, upper, eps, tol, key, config):
                         conv & finite, status)
 
 
-# XLA:CPU splits ops it deems large across its thread pool ("parallel task assignment").
-# The scatter into w counts as large (its output is all of w, d x P numbers), and so do the
-# step's gathers once P reaches about 10; inside the coordinate loop, handing each of them
-# to other threads and waiting costs more than the work.  Without the pass, on Treebank
-# (2 cores): one fit 0.051 -> 0.046 s, the 11-C x 5-fold grid 2.7-3.3 -> 2.1-2.2 s.
-_SERIAL_CPU = {"xla_disable_hlo_passes": "cpu-parallel-task-assigner"}
-_solve_cpu = jax.jit(_solve, static_argnames=("config",), compiler_options=_SERIAL_CPU)
-_solve_any = jax.jit(_solve, static_argnames=("config",))
-
-
-def _fit_problems(X, ytilde, in_I, upper, eps, tol, key, config):
-    solve = _solve_cpu if jax.default_backend() == "cpu" else _solve_any
-    return solve(X, ytilde, in_I, upper, eps, tol, key, config=config)
+# Compiled without XLA:CPU's parallel task assignment (see bayesord._loops): on Treebank
+# (2 cores) one fit 0.051 -> 0.046 s, the 11-C x 5-fold grid 2.7-3.3 -> 2.1-2.2 s.
+_fit_problems = jit_serial_cpu(_solve, static_argnames=("config",))
 
 
 def fit_npsvor(X: PaddedRows, codes, n_classes: int, C1, C2, eps, tol, key,

@@ -61,7 +61,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from ._sparse import PaddedRows, rmatvec, row_axpy, row_dot, row_dots, row_sq_norms
+from ._loops import jit_serial_cpu, permutation
+from ._sparse import PaddedRows, rmatvec, row_dots, row_sq_norms
 from ._status import Status
 
 __all__ = [
@@ -268,23 +269,58 @@ def _solve_fixed_b(X, s, c, sq, alpha, b, tol, key, config: RedSVMConfig):
         alpha = jnp.where(c[:, None] > 0, jnp.clip(alpha, 1e-3 * c[:, None], 0.999 * c[:, None]), 0.0)
     w, theta = _w_theta(X, alpha, s)
 
-    def row_update(t, carry):
+    # An epoch visits the rows with c > 0 in a random order, in chunks of R rows whose data
+    # (row, label signs, weights, alphas) are gathered before their steps run: a gather
+    # indexed inside the step costs more than the step on XLA:CPU.  A row is visited once
+    # per epoch, so its step reads its alphas from the gathered copy and writes the new ones
+    # to a buffer the loop never reads (updating a carried buffer that the step also reads
+    # made XLA copy all of alpha every row); the buffer is written back after the chunk.
+    sparse = isinstance(X, PaddedRows)
+    width = X.values.shape[1] if sparse else X.shape[1]
+    U = 4
+    R = U * max(1, min(256, 2**20 // (U * max(width, 1))))
+    unit = 1.0 + 0.0 * b  # a runtime 1, see below
+
+    def chunk_step(ci, carry):
         alpha, w, theta, perm = carry
-        i = perm[t]
-        q = sq[i] + 1.0
-        ci = c[i]
+        pos = ci * R + jnp.arange(R)
+        ok = pos < n_active
+        rows = perm[jnp.minimum(pos, n - 1)]
+        data = ((X.indices[rows], X.values[rows]) if sparse else (X[rows],))
+        a_c = jnp.where(ok[:, None], alpha[rows], 0.0)
+        c_c = jnp.where(ok, c[rows], 0.0)
+        per_row = (s[rows], c_c, sq[rows], sq[rows] + 1.0, a_c)
 
-        def coord(k, inner):
-            hx, theta, coef, row = inner
-            a_old = row[k]
-            sk = s[i, k]
-            a_new = _coord_step(a_old, sk * (hx - theta[k] - b), q, ci, loss)
-            d = (a_new - a_old) * sk
-            return hx + d * sq[i], theta.at[k].add(-d), coef + d, row.at[k].set(a_new)
+        def step(t, inner):
+            w, theta, out = inner
+            got = [lax.dynamic_index_in_dim(a, t, keepdims=False) for a in data]
+            s_i, c_i, sq_i, q_i, a_i = (lax.dynamic_index_in_dim(a, t, keepdims=False)
+                                        for a in per_row)
+            hx = got[1] @ w[got[0]] if sparse else got[0] @ w
+            coef = jnp.zeros((), w.dtype)
+            new = []
+            for k in range(km1):  # the row's K-1 coordinates, one after another
+                a_new = _coord_step(a_i[k], s_i[k] * (hx - theta[k] - b), q_i, c_i, loss)
+                d = (a_new - a_i[k]) * s_i[k]
+                hx = hx + d * sq_i
+                theta = theta.at[k].add(-d)
+                coef = coef + d
+                new.append(a_new)
+            # The division by a runtime 1 keeps XLA from fusing the K-1 steps into the
+            # update of w, where they would be evaluated once per entry of the row.
+            coef = coef / unit
+            w = w.at[got[0]].add(coef * got[1]) if sparse else w + coef * got[0]
+            return w, theta, lax.dynamic_update_index_in_dim(out, jnp.stack(new), t, 0)
 
-        inner = (row_dot(X, i, w), theta, jnp.zeros((), w.dtype), alpha[i])
-        _, theta, coef, row = lax.fori_loop(0, km1, coord, inner)
-        return alpha.at[i].set(row), row_axpy(X, i, w, coef), theta, perm
+        def unrolled(j, inner):
+            for u in range(U):
+                inner = step(j * U + u, inner)
+            return inner
+
+        n_here = jnp.clip((n_active - ci * R + U - 1) // U, 0, R // U)
+        w, theta, out = lax.fori_loop(0, n_here, unrolled, (w, theta, a_c))
+        alpha = alpha.at[jnp.where(ok, rows, n)].set(out, mode="drop")
+        return alpha, w, theta, perm
 
     def gap_of(alpha, w, theta):
         p = _primal(X, s, c, w, theta, b, loss)
@@ -297,10 +333,11 @@ def _solve_fixed_b(X, s, c, sq, alpha, b, tol, key, config: RedSVMConfig):
 
     def body(state):
         alpha, w, theta, _, _, epoch = state
-        perm = jax.random.permutation(jax.random.fold_in(key, epoch), n)
+        perm = permutation(jax.random.fold_in(key, epoch), n)
         # rows with c == 0 have alpha == 0 for good: visit only the others
         perm = perm[jnp.argsort(c[perm] <= 0, stable=True)]
-        alpha, w, theta, _ = lax.fori_loop(0, n_active, row_update, (alpha, w, theta, perm))
+        n_chunks = (n_active + R - 1) // R
+        alpha, w, theta, _ = lax.fori_loop(0, n_chunks, chunk_step, (alpha, w, theta, perm))
         w, theta = _w_theta(X, alpha, s)  # re-anchor against drift
         gap, p = gap_of(alpha, w, theta)
         return alpha, w, theta, gap, p, epoch + 1
@@ -312,8 +349,7 @@ def _solve_fixed_b(X, s, c, sq, alpha, b, tol, key, config: RedSVMConfig):
     return alpha, w, theta, gap, p, epochs, inner_ok
 
 
-@functools.partial(jax.jit, static_argnames=("config",))
-def _fit_redsvm_jit(X, codes, c, alpha0, b0, tol, key, config):
+def _fit_redsvm_impl(X, codes, c, alpha0, b0, tol, key, config):
     dtype = c.dtype
     s = extended_labels(codes, config.n_classes).astype(dtype)
     center = config.fit_intercept and not isinstance(X, PaddedRows)
@@ -373,6 +409,9 @@ def _fit_redsvm_jit(X, codes, c, alpha0, b0, tol, key, config):
     status = jnp.where(~jnp.isfinite(p), Status.NONFINITE,
                        jnp.where(converged, Status.SUCCESS, Status.MAX_ITER)).astype(jnp.int32)
     return RedSVMResult(w, theta, b, alpha, p, gap, epochs, it, converged, status)
+
+
+_fit_redsvm_jit = jit_serial_cpu(_fit_redsvm_impl, static_argnames=("config",))
 
 
 def fit_redsvm(X, codes, c, config: RedSVMConfig, *, tol=1e-6, key=None, alpha0=None, b0=0.0):

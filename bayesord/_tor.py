@@ -34,7 +34,6 @@ within each annealing stage.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import NamedTuple
 
 import jax
@@ -50,6 +49,7 @@ from ._redsvm import (
     margin_loss,
     predict_codes,
 )
+from ._loops import jit_serial_cpu
 from ._progress import emit
 from ._sparse import PaddedRows, row_dots
 from ._status import Status
@@ -220,8 +220,7 @@ def _objective(X, labels, c, w, theta, b, loss):
     return 0.5 * jnp.dot(w, w) + 0.5 * jnp.dot(theta, theta) + jnp.sum(c * _row_losses(h, theta, b, labels, loss))
 
 
-@functools.partial(jax.jit, static_argnames=("config",))
-def _fit_tor_jit(X, codes, unlabeled, weight, C1, c2_init, c2_growth, tol, key, config):
+def _fit_tor_impl(X, codes, unlabeled, weight, C1, c2_init, c2_growth, tol, key, config):
     dtype = weight.dtype
     cfg = config.redsvm
     loss = config.loss
@@ -318,6 +317,9 @@ def _fit_tor_jit(X, codes, unlabeled, weight, C1, c2_init, c2_growth, tol, key, 
         n_stages=st["stage"], n_swaps=st["n_swaps"], n_rejected=st["n_rej"], n_iter=st["n_iter"],
         converged=finished & st["all_conv"] & ~st["bad"], status=status.astype(jnp.int32),
     )
+
+
+_fit_tor_jit = jit_serial_cpu(_fit_tor_impl, static_argnames=("config",))
 
 
 def fit_tor(X, codes, unlabeled, config: TORConfig, *, C1=1.0, c2_init=1e-5, c2_growth=2.0,

@@ -9,13 +9,13 @@ import scipy.sparse as sp
 
 from bayesord._npsvor import (
     NPSVORConfig,
-    _permutation,
     cv_npsvor,
     decision_values,
     fit_npsvor,
     predict_r_new,
     predict_r_old,
 )
+from bayesord._loops import permutation
 from bayesord._sparse import to_padded_rows
 
 N, D, P = 48, 5, 3
@@ -219,7 +219,7 @@ def test_chunks_and_unrolling_only_regroup_the_same_steps(data, solver):
 @pytest.mark.parametrize("x64", [True, False])
 def test_pass_order_is_a_permutation(x64):
     with jax.enable_x64(x64):
-        orders = [np.asarray(_permutation(jax.random.key(k), n)) for k in (0, 1)
+        orders = [np.asarray(permutation(jax.random.key(k), n)) for k in (0, 1)
                   for n in (1, 2, 37, 1000)]
     for order in orders:
         np.testing.assert_array_equal(np.sort(order), np.arange(order.size))
