@@ -355,7 +355,6 @@ def solve_simplex_qp(H, delta, mask, C, tol, max_iter: int = 80):
         (alpha, gap, n_iter) with gap the Frank–Wolfe gap divided by C.
     """
     dtype = delta.dtype
-    M = delta.shape[0]
     C = jnp.asarray(C, dtype)
     mf = mask.astype(dtype)
     m = jnp.maximum(jnp.sum(mf), 1)

@@ -37,7 +37,6 @@ def _demo(args) -> int:
 
     from . import metrics
     from .datasets import make_ordinal_probit, stratified_split
-    from .estimators import OrdinalProbit
 
     n_classes = 5
     # Weights of scale 1.5 give a clear but noisy signal (about 60% accuracy at K = 5).

@@ -1,7 +1,5 @@
 """ArviZ export and PSIS-LOO: draws, log-likelihood and predictive checked against SciPy."""
 
-import warnings
-
 import arviz as az
 import numpy as np
 import pytest

@@ -1,7 +1,5 @@
 """SwappedPairsSVM: bad input, label handling, agreement with the functional core, real data."""
 
-import warnings
-
 import jax.numpy as jnp
 import numpy as np
 import pandas as pd
