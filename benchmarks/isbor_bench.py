@@ -103,7 +103,7 @@ def run_setting(name, X, y, n_train, partitions, grid, sbor_max, n_centres, seed
               f"status {row['status']}  fit {again:.2f}s (first call {first:.2f}s, "
               f"{1e3 * again / max(row['n_iter'], 1):.0f} ms/iteration)", flush=True)
         if p == 0 and n_train <= sbor_max:
-            sb = SBOR(theta=theta, min_delta=min_delta, random_state=p)
+            sb = SBOR(theta=theta, n_centres=n_centres, min_delta=min_delta, random_state=p)
             s_first = timed_fit(sb, Xtr, ytr)
             s_run = timed_fit(sb, Xtr, ytr)
             row.update(sbor_mae=float(np.mean(np.abs(sb._encode_y(sb.predict(Xte), len(yte))
