@@ -116,8 +116,9 @@ class NPSVORConfig:
             steps are still done one after another (the result does not change); unrolling
             only amortises the fixed cost of a loop iteration.
         chunk: coordinates whose rows and bounds are gathered together before their steps
-            run (rounded up to a multiple of ``block_size * unroll``); the gathered copy
-            takes P * chunk * (m + 8) numbers for P problems and rows of m stored entries.
+            run (lowered so that a chunk holds at most 2^22 stored row entries, then rounded
+            up to a multiple of ``block_size * unroll``); the gathered copy takes
+            about chunk * (2 m + 9 P) numbers for P problems and rows of m stored entries.
         progress: report each pass on stderr through a host callback
             (:mod:`bayesord._progress`).  Off by default: the compiled program then holds no
             callback.  Results are identical either way.
@@ -400,7 +401,10 @@ def _solve(X, ytilde, in_I, upper, eps, tol, key, config):
     # and writes only its gradient to a buffer that is never read inside the loop (reading
     # and updating one carried buffer made XLA copy it every step); the chunk's new alphas,
     # violations and shrink flags are recomputed from those gradients when it ends.
-    K = max(1, -(-config.chunk // (b * U))) * U
+    # at most 2^22 gathered row entries per chunk (wide dense rows would otherwise take
+    # chunk * d numbers)
+    chunk = max(1, min(config.chunk, 2**22 // max(X.values.shape[1], 1)))
+    K = max(1, -(-chunk // (b * U))) * U
     width = K * b
     pad = V + width
 
