@@ -400,9 +400,8 @@ def _solve(X, ytilde, in_I, upper, eps, tol, key, config):
     # pass a coordinate is visited once, so a step reads its alpha_i from that gathered copy
     # and writes only its gradient to a buffer that is never read inside the loop (reading
     # and updating one carried buffer made XLA copy it every step); the chunk's new alphas,
-    # violations and shrink flags are recomputed from those gradients when it ends.
-    # at most 2^22 gathered row entries per chunk (wide dense rows would otherwise take
-    # chunk * d numbers)
+    # violations and shrink flags are recomputed from those gradients when it ends.  A chunk
+    # holds at most 2^22 row entries (wide dense rows would otherwise take chunk * d numbers).
     chunk = max(1, min(config.chunk, 2**22 // max(X.values.shape[1], 1)))
     K = max(1, -(-chunk // (b * U))) * U
     width = K * b
