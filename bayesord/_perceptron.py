@@ -56,6 +56,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from ._loops import jit_serial_cpu
 from ._sparse import PaddedRows, row_axpy, row_dot, row_dots, row_sq_norms
 from ._status import Status
 
@@ -370,8 +371,7 @@ def _train(sample_step, state, key, n, config, unroll=1):
     return weights, thresholds, state, mis, err, upd, epoch, converged, status.astype(jnp.int32)
 
 
-@partial(jax.jit, static_argnames="config")
-def _fit_primal(X, y, sample_weight, key, hyper, state, config):
+def _fit_primal_impl(X, y, sample_weight, key, hyper, state, config):
     n = X.shape[0]
     sq = row_sq_norms(X)
 
@@ -382,6 +382,9 @@ def _fit_primal(X, y, sample_weight, key, hyper, state, config):
 
     unroll = _UNROLL if n >= _UNROLL_MIN_ROWS else 1
     return PerceptronResult(*_train(sample_step, state, key, n, config, unroll))
+
+
+_fit_primal = jit_serial_cpu(_fit_primal_impl, static_argnames=("config",))
 
 
 def fit_perceptron(X, y, config: PerceptronConfig, *, sample_weight=None, key=None,
