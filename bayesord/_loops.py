@@ -1,4 +1,4 @@
-"""Helpers for the sequential coordinate loops (NPSVOR, RED-SVM/TOR) on XLA:CPU.
+"""Helpers for the sequential loops (NPSVOR, RED-SVM/TOR, the linear perceptrons) on XLA:CPU.
 
 A dual coordinate descent step is a few hundred nanoseconds of work, so inside a
 ``lax.fori_loop`` its cost is set by how many kernels XLA launches per step and by
