@@ -311,17 +311,8 @@ def _line_search(d, alpha, B, lin, soft, eps, a):
 
 
 def _objectives(W, alpha_v, vars_, X, in_I, ytilde, upper, eps):
-    """Primal (4) and dual (6)/(20) objectives of all P problems, W of shape (d, P).
-
-    X W is formed in blocks of rows whose gathered weights take at most 2^22 numbers.
-    """
-    n, m = X.values.shape
-    P = W.shape[1]
-    R = max(1, min(n, 2**22 // (m * P)))
-    nb = -(-n // R)
-    padded = lambda a: jnp.pad(a, ((0, nb * R - n), (0, 0))).reshape(nb, R, m)  # noqa: E731
-    wx = lax.map(lambda blk: jnp.einsum("rm,rmp->rp", blk[1], W[blk[0]]),
-                 (padded(X.indices), padded(X.values))).reshape(nb * R, P)[:n].T   # (P, n)
+    """Primal (4) and dual (6)/(20) objectives of all P problems, W of shape (d, P)."""
+    wx = row_dots(X, W.T).T                                                       # (P, n)
     hinge = jnp.maximum(1.0 - ytilde * wx, 0.0)
     tube = jnp.maximum(jnp.abs(wx) - eps[:, None], 0.0)
     half_ww = 0.5 * jnp.sum(W * W, axis=0)

@@ -286,17 +286,18 @@ def _solve_fixed_b(X, s, c, sq, alpha, b, tol, key, config: RedSVMConfig):
         pos = ci * R + jnp.arange(R)
         ok = pos < n_active
         rows = perm[jnp.minimum(pos, n - 1)]
-        data = ((X.indices[rows], X.values[rows]) if sparse else (X[rows],))
+        # dense rows: the row itself; sparse rows: its column indices too
+        cols_c = X.indices[rows] if sparse else jnp.zeros((R, 0), jnp.int32)
+        vals_c = X.values[rows] if sparse else X[rows]
         a_c = jnp.where(ok[:, None], alpha[rows], 0.0)
-        c_c = jnp.where(ok, c[rows], 0.0)
-        per_row = (s[rows], c_c, sq[rows], sq[rows] + 1.0, a_c)
+        per_row = (cols_c, vals_c, s[rows], jnp.where(ok, c[rows], 0.0), sq[rows], a_c)
 
         def step(t, inner):
             w, theta, out = inner
-            got = [lax.dynamic_index_in_dim(a, t, keepdims=False) for a in data]
-            s_i, c_i, sq_i, q_i, a_i = (lax.dynamic_index_in_dim(a, t, keepdims=False)
-                                        for a in per_row)
-            hx = got[1] @ w[got[0]] if sparse else got[0] @ w
+            cols, vals, s_i, c_i, sq_i, a_i = (lax.dynamic_index_in_dim(a, t, keepdims=False)
+                                               for a in per_row)
+            q_i = sq_i + 1.0  # diagonal of the extended Gram matrix
+            hx = vals @ w[cols] if sparse else vals @ w
             coef = jnp.zeros((), w.dtype)
             new = []
             for k in range(km1):  # the row's K-1 coordinates, one after another
@@ -309,7 +310,7 @@ def _solve_fixed_b(X, s, c, sq, alpha, b, tol, key, config: RedSVMConfig):
             # The division by a runtime 1 keeps XLA from fusing the K-1 steps into the
             # update of w, where they would be evaluated once per entry of the row.
             coef = coef / unit
-            w = w.at[got[0]].add(coef * got[1]) if sparse else w + coef * got[0]
+            w = w.at[cols].add(coef * vals) if sparse else w + coef * vals
             return w, theta, lax.dynamic_update_index_in_dim(out, jnp.stack(new), t, 0)
 
         def unrolled(j, inner):

@@ -189,13 +189,30 @@ def padding_ratio(X: PaddedRows) -> float:
 # --------------------------------------------------------------------------- products
 
 
+BLOCK_ENTRIES = 2**22
+"""Largest number of gathered weights :func:`row_dots` holds at once for several vectors."""
+
+
 def row_dots(X: Rows, w: jax.Array) -> jax.Array:
-    """Row dot products X w: (n,) for w of shape (d,), (n, q) for W of shape (q, d) (X W')."""
+    """Row dot products X w: (n,) for w of shape (d,), (n, q) for W of shape (q, d) (X W').
+
+    For several vectors and padded rows the weights are gathered as (rows, m, q), in blocks
+    of rows holding at most :data:`BLOCK_ENTRIES` numbers (``lax.map`` over the blocks).
+    """
     if isinstance(X, PaddedRows):
         if w.ndim == 1:
             return jnp.sum(X.values * w[X.indices], axis=1)
-        # (n, m, q) gathered weights: O(n m q) memory.
-        return jnp.einsum("nm,nmq->nq", X.values, w.T[X.indices])
+        n, m = X.values.shape
+        q = w.shape[0]
+        W = w.T
+        R = max(1, min(n, BLOCK_ENTRIES // max(m * q, 1)))
+        if R == n:
+            return jnp.einsum("nm,nmq->nq", X.values, W[X.indices])
+        nb = -(-n // R)
+        blocks = lambda a: jnp.pad(a, ((0, nb * R - n), (0, 0))).reshape(nb, R, m)  # noqa: E731
+        out = jax.lax.map(lambda blk: jnp.einsum("rm,rmq->rq", blk[1], W[blk[0]]),
+                          (blocks(X.indices), blocks(X.values)))
+        return out.reshape(nb * R, q)[:n]
     return X @ w.T
 
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+import bayesord._sparse as sparse_mod
 from bayesord._sparse import (
     PaddedRows,
     as_rows,
@@ -140,6 +141,10 @@ def test_products_match_scipy(dtype, dense):
     tol = TOL[dtype]
     np.testing.assert_allclose(row_dots(rows, jnp.asarray(w)), X @ w, rtol=tol, atol=tol)
     np.testing.assert_allclose(row_dots(rows, jnp.asarray(W)), (X @ W.T), rtol=tol, atol=tol)
+    if not dense:  # several vectors in blocks of rows (here 5 rows per block, the last short)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(sparse_mod, "BLOCK_ENTRIES", 15 * rows.values.shape[1])
+            np.testing.assert_allclose(row_dots(rows, jnp.asarray(W)), (X @ W.T), rtol=tol, atol=tol)
     np.testing.assert_allclose(rmatvec(rows, jnp.asarray(u)), X.T @ u, rtol=tol, atol=tol)
     np.testing.assert_allclose(row_sq_norms(rows), np.asarray(X.multiply(X).sum(1)).ravel(),
                                rtol=tol, atol=tol)
