@@ -4,6 +4,8 @@ The default-run fits reuse the shapes and configuration of tests/test_isbor.py (
 K=3, capacity 16) so the compiled solver is shared.
 """
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -75,7 +77,7 @@ def test_monotone_relabelling_gives_same_fit(model, data):
     (dict(kernel="laplace"), "kernel"),
     (dict(max_iter=0), "max_iter"),
     (dict(n_centres=2), "n_centres"),
-    (dict(theta_selection="loo"), "theta_selection"),
+    (dict(theta_selection="waic"), "theta_selection"),
 ])
 def test_bad_parameters_raise(data, kw, match):
     X, y = data
@@ -130,6 +132,36 @@ def test_theta_auto_by_evidence_and_cv(data):
     np.testing.assert_allclose(scores, separate, rtol=1e-6)  # one program vs three: rounding
     cv = small_model(theta="auto", theta_grid=(0.1, 1.0), theta_selection="cv", cv=3).fit(X, y)
     assert cv.theta_ in (0.1, 1.0) and np.all(cv.theta_grid_scores_ <= 0)
+
+
+@pytest.mark.slow
+def test_theta_auto_by_loo_equals_psis_loo_of_separate_fits(data):
+    """The LOO scores are ArviZ PSIS-LOO of each width's own fit (same draws), and the
+    chosen width is their argmax; sample weights are refused."""
+    from bayesord.diagnostics import loo
+
+    X, y = data
+    grid = (0.1, 1.0, 10.0)
+    est = small_model(theta="auto", theta_grid=grid, theta_selection="loo")
+    Xj, yj, sw = jnp.asarray(X), jnp.asarray(y, jnp.int32), jnp.ones(len(y))
+    key = jax.random.PRNGKey(3)
+    with pytest.warns(UserWarning, match="theta="):  # narrow widths: Pareto k warnings, named
+        theta, scores = est._select_theta(Xj, yj, sw, 3, key, np.random.RandomState(0))
+    assert theta == grid[int(np.argmax(scores))]
+    cand = jnp.arange(len(y), dtype=jnp.int32)
+    config = est._config(len(y), len(y), 3, Xj.dtype)
+    for t, score in zip(grid, scores):
+        res = est._solver(Xj, yj, sw, cand, key, t, est.min_delta, config)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            ref = float(loo(res, X, y, kernel="rbf", draws=250, chains=4,
+                            key=jax.random.fold_in(key, 1)).elpd_loo)
+        np.testing.assert_allclose(score, ref, rtol=1e-6)
+    with pytest.warns(UserWarning, match="theta="):
+        fitted = est.fit(X, y)
+    assert fitted.theta_ in grid and fitted.theta_grid_scores_.shape == (3,)
+    with pytest.raises(ValueError, match="unit sample"):
+        est.fit(X, y, sample_weight=np.full(len(y), 2.0))
 
 
 @pytest.mark.slow
