@@ -332,7 +332,8 @@ class ISBOR(_SparseBayesOrdinal):
         status_: the solver's status code.
         n_pruned_: relevance vectors pruned for a numerically huge alpha.
         classes_: the ordered labels.
-        theta_grid_scores_: score of each grid value (when ``theta="auto"``).
+        theta_grid_scores_: score of each grid value (when ``theta="auto"``): its log
+            evidence, its elpd_loo, or its negative CV MAE; the highest wins.
         result_: the functional :class:`bayesord._isbor.ISBORResult`.
     """
 
