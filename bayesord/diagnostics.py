@@ -176,7 +176,6 @@ _register_estimators()
 
 
 @lru_cache(maxsize=None)
-@lru_cache(maxsize=None)
 def _sparse_log_probs(kernel, degree, link):
     """One draw's log class probabilities of an ISBOR/SBOR fit: one function object per
     (kernel, degree, link), so ``_pointwise`` (static in it) reuses its compiled program."""

@@ -5,8 +5,8 @@ target from ``../shared/datasets/`` is cut into 5 and into 10 equal-length bins 
 range; 20 random partitions with a fixed training size per dataset, the rest for test;
 features standardised with the training part's mean and sd.  Hyperparameters (epochs,
 loss-augmentation margin, RBF width) are chosen once per dataset and bin count by 3-fold
-cross-validation, repeated over 3 shuffles, inside the training part of partition 0 (the paper also tunes on one
-partition), then used on all 20 partitions.  Reported: test MAE mean and sd over the
+cross-validation, repeated over 3 shuffles, inside the training part of partition 0 (the
+paper also tunes on one partition), then used on all 20 partitions.  Reported: test MAE mean and sd over the
 partitions, for CuSum (averaged; linear and RBF kernel), PRank (averaged) and the
 foundation's Bayesian ordinal probit (``OrdinalProbit``, evidence-tuned, no grid), against
 the paper's CuSum column.  The paper's CuSum fed features from a
