@@ -14,9 +14,9 @@ Methods, all solved by the same 1-slack cutting-plane solver (``fit_rankpairs_gr
 * SVM-multi: every pair with different targets (the paper's method).
 * Herbrich₅: Herbrich's pairwise SVM (Eq. 3) on pairs of each training row with 5 random
   rows of a different target.
-* SVOR₅ stand-in: the library's ``OrdinalProbit`` is not on main yet, so this is our own
-  all-threshold hinge model on 5 equal-frequency bins (Chu & Keerthi's SVOR with implicit
-  constraints, Eq. 4), solved through the extended-binary reduction: one row per
+* SVOR₅ stand-in: the paper's SVOR uses the Gaussian kernel and the library's
+  ``OrdinalProbit`` is linear, so this is our own all-threshold hinge model on 5
+  equal-frequency bins (Chu & Keerthi's SVOR with implicit constraints, Eq. 4), solved through the extended-binary reduction: one row per
   (sample, threshold) with kernel K(x, x') + s²[k = k'] (thresholds regularised by
   ½‖b‖²/s², s² = 10) and label ±1, each row paired with a zero "phantom" row so the
   pairwise hinge becomes the binary hinge.  Not Chu & Keerthi's SMO, and thresholds are
