@@ -16,11 +16,12 @@ Methods, all solved by the same 1-slack cutting-plane solver (``fit_rankpairs_gr
   rows of a different target.
 * SVOR₅ stand-in: the paper's SVOR uses the Gaussian kernel and the library's
   ``OrdinalProbit`` is linear, so this is our own all-threshold hinge model on 5
-  equal-frequency bins (Chu & Keerthi's SVOR with implicit constraints, Eq. 4), solved through the extended-binary reduction: one row per
-  (sample, threshold) with kernel K(x, x') + s²[k = k'] (thresholds regularised by
-  ½‖b‖²/s², s² = 10) and label ±1, each row paired with a zero "phantom" row so the
-  pairwise hinge becomes the binary hinge.  Not Chu & Keerthi's SMO, and thresholds are
-  weakly regularised: a stand-in, not a reproduction of SVOR.
+  equal-frequency bins (Chu & Keerthi's SVOR with implicit constraints, Eq. 4), solved
+  through the extended-binary reduction: one row per (sample, threshold) with kernel
+  K(x, x') + s²[k = k'] (thresholds regularised by ½‖b‖²/s², s² = 10) and label ±1, each
+  row paired with a zero "phantom" row so the pairwise hinge becomes the binary hinge.
+  Not Chu & Keerthi's SMO, and thresholds are weakly regularised: a stand-in, not a
+  reproduction of SVOR.
 
 Scale: the most-violated search on n = 10⁶ with 5 and 1,000 ranks (both counting
 schemes), and linear training on n = 10⁵, d = 50, against the naive version that lists
