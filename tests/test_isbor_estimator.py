@@ -78,6 +78,7 @@ def test_monotone_relabelling_gives_same_fit(model, data):
     (dict(max_iter=0), "max_iter"),
     (dict(n_centres=2), "n_centres"),
     (dict(theta_selection="waic"), "theta_selection"),
+    (dict(cv_scoring="brier"), "cv_scoring"),
 ])
 def test_bad_parameters_raise(data, kw, match):
     X, y = data
@@ -132,6 +133,34 @@ def test_theta_auto_by_evidence_and_cv(data):
     np.testing.assert_allclose(scores, separate, rtol=1e-6)  # one program vs three: rounding
     cv = small_model(theta="auto", theta_grid=(0.1, 1.0), theta_selection="cv", cv=3).fit(X, y)
     assert cv.theta_ in (0.1, 1.0) and np.all(cv.theta_grid_scores_ <= 0)
+
+
+@pytest.mark.parametrize("scoring", ["mae", "log_loss"])
+def test_theta_auto_by_cv_equals_separate_fold_fits(data, scoring):
+    """CV scores are the pooled held-out MAE / log probability of one fit per fold (the
+    fold's rows at weight 0), recomputed here from separate fits with NumPy."""
+    from bayesord._isbor import predict_isbor
+
+    X, y = data
+    grid = (0.1, 1.0)
+    est = small_model(theta="auto", theta_grid=grid, theta_selection="cv", cv=3, cv_scoring=scoring)
+    Xj, yj, sw = jnp.asarray(X), jnp.asarray(y, jnp.int32), jnp.ones(len(y))
+    key = jax.random.PRNGKey(5)
+    theta, scores = est._select_theta(Xj, yj, sw, 3, key, np.random.RandomState(1))
+    assert theta == grid[int(np.argmax(scores))]
+    folds = np.random.RandomState(1).permutation(len(y)) % 3
+    cand = jnp.arange(len(y), dtype=jnp.int32)
+    config = est._config(len(y), len(y), 3, Xj.dtype)
+    for t, score in zip(grid, scores):
+        loss = np.zeros(len(y))
+        for k in range(3):
+            res = est._solver(Xj, yj, jnp.asarray(folds != k, float), cand, key, t, est.min_delta, config)
+            pred = predict_isbor(res, Xj[folds == k], kernel="rbf")
+            if scoring == "mae":
+                loss[folds == k] = np.abs(np.asarray(pred.labels) - y[folds == k])
+            else:
+                loss[folds == k] = -np.log(np.asarray(pred.proba)[np.arange((folds == k).sum()), y[folds == k]])
+        np.testing.assert_allclose(score, -loss.mean(), rtol=1e-6)
 
 
 @pytest.mark.slow
