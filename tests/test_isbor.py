@@ -18,6 +18,7 @@ from bayesord._isbor import (
     ISBORResult,
     _gains,
     candidate_stats,
+    weighted_sq_rows,
     evidence_grad,
     fit_isbor,
     fit_sbor,
@@ -105,6 +106,16 @@ def test_fast_S_Q_equal_direct_C_inverse(state):
         a = alpha[k]
         np.testing.assert_allclose(a * S[j] / (a - S[j]), s_direct, rtol=1e-6)
         np.testing.assert_allclose(a * Q[j] / (a - S[j]), q_direct, rtol=1e-6)
+
+
+@pytest.mark.parametrize("n", [7, 16384, 20001, 5 * 4096])
+def test_weighted_sq_rows_equals_numpy(n):
+    """Rows longer than the chunking threshold (and lengths that are not a multiple of the
+    chunk, whose last chunk overlaps the previous one) give the plain weighted sum."""
+    rng = np.random.default_rng(n)
+    K, h = rng.normal(size=(3, n)), rng.random(n)
+    np.testing.assert_allclose(np.asarray(jax.jit(weighted_sq_rows)(jnp.asarray(K), jnp.asarray(h))),
+                               (K**2 * h).sum(axis=1), rtol=1e-12)
 
 
 def test_gains_equal_brute_force_evidence_change(state):
