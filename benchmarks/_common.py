@@ -1,4 +1,4 @@
-"""Helpers shared by the benchmark scripts: timing, tables, JSON output."""
+"""Helpers shared by the benchmark scripts: timing, tables, JSON output, feature scaling."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import platform
 import statistics
 import time
 from pathlib import Path
+
+import numpy as np
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -51,3 +53,15 @@ def write_json(name, payload):
     path.write_text(json.dumps(payload, indent=2, default=float))
     print(f"\nwrote {path}")
     return path
+
+
+def rescale(Xtr, Xte, how="standard"):
+    """Features scaled with the training part's statistics: ``"standard"`` (mean and sd)
+    or ``"minmax"`` (onto [0, 1] over the training range); constant features unchanged in
+    spread."""
+    if how == "standard":
+        lo, width = Xtr.mean(0), Xtr.std(0)
+    else:
+        lo, width = Xtr.min(0), np.ptp(Xtr, axis=0)
+    width = np.where(width > 0, width, 1.0)
+    return (Xtr - lo) / width, (Xte - lo) / width

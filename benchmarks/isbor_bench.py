@@ -36,6 +36,7 @@ import jax
 jax.config.update("jax_enable_x64", True)
 
 import numpy as np  # noqa: E402
+from _common import rescale  # noqa: E402
 
 from bayesord.datasets import equal_frequency_bins, load_shared, make_isbor_synthetic  # noqa: E402
 from bayesord.estimators._isbor import ISBOR, SBOR  # noqa: E402
@@ -51,12 +52,6 @@ REAL = {
     "cpu_small": dict(label="Computer", n_train=8092, mae=0.37, rv=30.9, time=94.8),
     "california_housing": dict(label="CalHouse", n_train=20490, mae=0.50, rv=84.8, time=810.2),
 }
-
-
-def standardise(Xtr, Xte):
-    mu, sd = Xtr.mean(0), Xtr.std(0)
-    sd = np.where(sd > 0, sd, 1.0)
-    return (Xtr - mu) / sd, (Xte - mu) / sd
 
 
 def timed_fit(model, X, y):
@@ -84,7 +79,7 @@ def run_setting(name, X, y, n_train, partitions, grid, sbor_max, n_centres, seed
         rng = np.random.default_rng(seed0 + p)
         perm = rng.permutation(len(y))
         tr, te = perm[:n_train], perm[n_train:]
-        Xtr, Xte = standardise(X[tr], X[te])
+        Xtr, Xte = rescale(X[tr], X[te])
         ytr, yte = y[tr], y[te]
         if theta is None:
             t0 = time.perf_counter()

@@ -33,6 +33,7 @@ evidence solver anew (over a minute each on the shared 2-core machine).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import time
 import warnings
@@ -41,6 +42,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+from _common import rescale
 from sklearn.exceptions import ConvergenceWarning
 
 from bayesord import OrdinalProbit
@@ -70,17 +72,6 @@ QUICK = ("diabetes", "pyrimidines", "machine", "auto-mpg")
 # Section 8.1 selects "the feature normalization method" with the other parameters.
 SCALINGS = ("standard", "minmax")
 
-
-def rescale(Xtr, Xte, how="standard"):
-    """Features scaled with the training part's statistics: ``"standard"`` (mean and sd)
-    or ``"minmax"`` (onto [0, 1] over the training range); constant features unchanged in
-    spread."""
-    if how == "standard":
-        lo, width = Xtr.mean(0), Xtr.std(0)
-    else:
-        lo, width = Xtr.min(0), np.ptp(Xtr, axis=0)
-    width = np.where(width > 0, width, 1.0)
-    return (Xtr - lo) / width, (Xte - lo) / width
 
 
 def make_model(kind, p, seed):
@@ -119,16 +110,11 @@ def grid(kind, d, quick):
     if quick:
         base = {"epochs": 20, "margin": 1.0}
         return [dict(base, gamma=1.0 / d)] if kind == "cusum_rbf" else [base]
-    out = []
-    for scale in SCALINGS:
-        for epochs in (2, 5, 30):
-            for margin in (0.0, 1.0, 4.0):
-                base = {"scale": scale, "epochs": epochs, "margin": margin}
-                if kind == "cusum_rbf":
-                    out += [dict(base, gamma=g / d) for g in (0.02, 0.1, 0.25, 1.0, 4.0)]
-                else:
-                    out.append(base)
-    return out
+    base = [{"scale": s, "epochs": e, "margin": m}
+            for s, e, m in itertools.product(SCALINGS, (2, 5, 30), (0.0, 1.0, 4.0))]
+    if kind != "cusum_rbf":
+        return base
+    return [dict(p, gamma=g / d) for p in base for g in (0.02, 0.1, 0.25, 1.0, 4.0)]
 
 
 def select(kind, X, y, k, quick, seed, repeats=3):

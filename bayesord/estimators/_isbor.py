@@ -361,8 +361,8 @@ class ISBOR(_SparseBayesOrdinal):
     _solver = staticmethod(_isbor_solve)
 
     def __init__(self, kernel="rbf", theta="auto", theta_grid=_DEFAULT_GRID, theta_selection="evidence",
-                 cv=5, cv_scoring="mae", selection_max_samples=2000, degree=2, capacity=128, max_iter=500, min_delta=1e-2,
-                 n_centres=None, centre_selection="random", block_size=256, cache_bytes=2**30,
+                 cv=5, cv_scoring="mae", selection_max_samples=2000, degree=2, capacity=128, max_iter=500,
+                 min_delta=1e-2, n_centres=None, centre_selection="random", block_size=256, cache_bytes=2**30,
                  link="probit", learn_noise=True, random_state=None, verbose=0):
         self.kernel = kernel
         self.theta = theta
@@ -408,8 +408,8 @@ class SBOR(_SparseBayesOrdinal):
     _solver = staticmethod(_sbor_solve)
 
     def __init__(self, kernel="rbf", theta="auto", theta_grid=_DEFAULT_GRID, theta_selection="evidence",
-                 cv=5, cv_scoring="mae", selection_max_samples=1000, degree=2, max_iter=300, min_delta=1e-2,
-                 n_centres=None, centre_selection="random", block_size=256, cache_bytes=2**30,
+                 cv=5, cv_scoring="mae", selection_max_samples=1000, degree=2, max_iter=300,
+                 min_delta=1e-2, n_centres=None, centre_selection="random", block_size=256, cache_bytes=2**30,
                  link="probit", learn_noise=True, random_state=None, verbose=0):
         self.kernel = kernel
         self.theta = theta
