@@ -149,7 +149,7 @@ def cv_c(Z, codes, K, grid, tol, seed):
 
 def bench_real(args):
     names = args.datasets.split(",")
-    sizes = [100, 200, 400]
+    sizes = [int(v) for v in args.sizes.split(",")]
     reps = args.reps or (1 if args.quick else 20)
     grid = [0.1, 1.0, 10.0] if args.quick else [10.0**k for k in range(args.c_min, args.c_max + 1)]
     out = {}
@@ -178,6 +178,9 @@ def bench_real(args):
                 row = run_split(Z, codes, unl, 5, C1, args.tol, r, swap_rule=args.swap_rule)
                 row["C1"] = C1
                 rows.append(row)
+                print(f"{'':>18} {n_lab:>4} {C1:7.3g} {row['redsvm_zo']:7.3f} {row['ratio_zo']:8.3f} "
+                      f"{row['tor_zo']:7.3f} {row['redsvm_mae']:7.3f} {row['tor_mae']:7.3f} "
+                      f"{row['retrains']:5d} {row['seconds']:7.1f}  realisation {r}", flush=True)
             m = summarise(rows)
             out[name][str(n_lab)] = {"mean": m, "runs": rows}
             print(f"{name:>18} {n_lab:>4} {m['C1']:7.3g} {m['redsvm_zo']:7.3f} {m['ratio_zo']:8.3f} "
@@ -260,6 +263,7 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=None, help="real-data realisations (default 1 quick / 20)")
     ap.add_argument("--datasets", default="abalone,bank8fm,california_housing",
                     help="real datasets (comma-separated)")
+    ap.add_argument("--sizes", default="100,200,400", help="labeled sizes for the real-data part")
     ap.add_argument("--c-min", type=int, default=-3, help="log10 of the smallest C1 in the CV grid")
     ap.add_argument("--c-max", type=int, default=5, help="log10 of the largest C1 in the CV grid")
     ap.add_argument("--landmarks", type=int, default=300, help="Nystrom landmarks for the perceptron kernel")
