@@ -203,19 +203,26 @@ def _parser():
     _add_quiet(d)
     d.set_defaults(func=_demo)
     f = sub.add_parser("fit", help="fit OrdinalProbit on a CSV file and save it")
-    f.add_argument("data")
-    f.add_argument("--target", default="y")
+    f.add_argument("data", help="CSV file with a header row; every column but the target is a "
+                                "numeric feature")
+    f.add_argument("--target", default="y", help="name of the label column (default: y)")
     f.add_argument("--out", required=True, help="where to save the model (.npz)")
-    f.add_argument("--thresholds", choices=["evidence", "joint"], default="evidence")
-    f.add_argument("--alpha", type=float, default=1.0)
-    f.add_argument("--prior", choices=["gaussian", "ard"], default="gaussian")
-    f.add_argument("--link", choices=["probit", "logit"], default="probit")
+    f.add_argument("--thresholds", choices=["evidence", "joint"], default="evidence",
+                   help="evidence: thresholds and prior precision by type-II maximum likelihood "
+                        "(default); joint: thresholds fitted with w for the fixed --alpha")
+    f.add_argument("--alpha", type=float, default=1.0,
+                   help="prior precision of w: the fixed value with --thresholds joint (0 is "
+                        "maximum likelihood), the starting value with evidence (default: 1)")
+    f.add_argument("--prior", choices=["gaussian", "ard"], default="gaussian",
+                   help="one precision for all weights (default) or one per feature (ARD)")
+    f.add_argument("--link", choices=["probit", "logit"], default="probit",
+                   help="latent noise distribution (default: probit)")
     f.add_argument("--classes", help="comma-separated labels from lowest to highest")
     _add_quiet(f)
     f.set_defaults(func=_fit)
     r = sub.add_parser("predict", help="predict with a saved model")
-    r.add_argument("model")
-    r.add_argument("data")
+    r.add_argument("model", help="a model saved by `bayesord fit` (.npz)")
+    r.add_argument("data", help="CSV file with the model's feature columns (by name)")
     r.add_argument("--target", default="y", help="column to drop if present")
     r.add_argument("--proba", action="store_true", help="also write class probabilities")
     r.add_argument("--out", help="CSV file to write (default: stdout)")
