@@ -81,7 +81,7 @@ def run_split(Z, codes, unl, K, C1, tol, seed, max_retrains=5000, swap_rule="eq5
 
 
 def summarise(rows):
-    keys = [k for k in rows[0] if isinstance(rows[0][k], (int, float))]
+    keys = [k for k in rows[0] if isinstance(rows[0][k], (int, float)) and k != "realisation"]
     return {k: float(np.mean([r[k] for r in rows])) for k in keys} | {"n": len(rows)}
 
 
@@ -168,7 +168,7 @@ def bench_real(args):
         out[name] = {}
         for n_lab in sizes[:1] if args.quick else sizes:
             rows = []
-            for r in range(reps):
+            for r in range(args.first_rep, args.first_rep + reps):
                 rng = np.random.default_rng(100 * r + n_lab)
                 lab = rng.choice(X.shape[0], n_lab, replace=False)
                 unl = np.ones(X.shape[0], bool)
@@ -176,7 +176,7 @@ def bench_real(args):
                 Z = kernel_features(X, args.landmarks, r)
                 C1, cv_errs = cv_c(Z[lab], codes[lab], 5, grid, args.tol, r)
                 row = run_split(Z, codes, unl, 5, C1, args.tol, r, swap_rule=args.swap_rule)
-                row["C1"] = C1
+                row.update(C1=C1, realisation=r)
                 rows.append(row)
                 print(f"{'':>18} {n_lab:>4} {C1:7.3g} {row['redsvm_zo']:7.3f} {row['ratio_zo']:8.3f} "
                       f"{row['tor_zo']:7.3f} {row['redsvm_mae']:7.3f} {row['tor_mae']:7.3f} "
@@ -261,6 +261,8 @@ def main(argv=None):
                     help="comma-separated subset of peer,synthetic,real,time")
     ap.add_argument("--sets", type=int, default=None, help="synthetic sets per p (default 1 quick / 20)")
     ap.add_argument("--reps", type=int, default=None, help="real-data realisations (default 1 quick / 20)")
+    ap.add_argument("--first-rep", type=int, default=0,
+                    help="index of the first realisation (seeds follow it), to extend an earlier run")
     ap.add_argument("--datasets", default="abalone,bank8fm,california_housing",
                     help="real datasets (comma-separated)")
     ap.add_argument("--sizes", default="100,200,400", help="labeled sizes for the real-data part")
