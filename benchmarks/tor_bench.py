@@ -81,7 +81,7 @@ def run_split(Z, codes, unl, K, C1, tol, seed, max_retrains=5000, swap_rule="eq5
 
 
 def summarise(rows):
-    keys = [k for k in rows[0] if isinstance(rows[0][k], (int, float)) and k != "realisation"]
+    keys = [k for k in rows[0] if isinstance(rows[0][k], (int, float))]
     return {k: float(np.mean([r[k] for r in rows])) for k in keys} | {"n": len(rows)}
 
 
@@ -176,7 +176,7 @@ def bench_real(args):
                 Z = kernel_features(X, args.landmarks, r)
                 C1, cv_errs = cv_c(Z[lab], codes[lab], 5, grid, args.tol, r)
                 row = run_split(Z, codes, unl, 5, C1, args.tol, r, swap_rule=args.swap_rule)
-                row.update(C1=C1, realisation=r)
+                row["C1"] = C1
                 rows.append(row)
                 print(f"{'':>18} {n_lab:>4} {C1:7.3g} {row['redsvm_zo']:7.3f} {row['ratio_zo']:8.3f} "
                       f"{row['tor_zo']:7.3f} {row['redsvm_mae']:7.3f} {row['tor_mae']:7.3f} "
@@ -262,7 +262,8 @@ def main(argv=None):
     ap.add_argument("--sets", type=int, default=None, help="synthetic sets per p (default 1 quick / 20)")
     ap.add_argument("--reps", type=int, default=None, help="real-data realisations (default 1 quick / 20)")
     ap.add_argument("--first-rep", type=int, default=0,
-                    help="index of the first realisation (seeds follow it), to extend an earlier run")
+                    help="index of the first realisation, to extend an earlier run (the JSON's "
+                         "runs[i] is realisation first_rep + i; seeds follow the index)")
     ap.add_argument("--datasets", default="abalone,bank8fm,california_housing",
                     help="real datasets (comma-separated)")
     ap.add_argument("--sizes", default="100,200,400", help="labeled sizes for the real-data part")
@@ -276,6 +277,8 @@ def main(argv=None):
     ap.add_argument("--out", default=None, help="file name under benchmarks/results (default tor.json)")
     ap.add_argument("--tol", type=float, default=1e-3, help="relative duality-gap tolerance")
     args = ap.parse_args(argv)
+    if args.first_rep < 0:
+        ap.error(f"--first-rep must be 0 or more, got {args.first_rep}")
     parts = args.parts.split(",")
     if args.quick and "time" in parts and args.parts == ap.get_default("parts"):
         parts.remove("time")
