@@ -682,7 +682,9 @@ def fit_sbor(X, y, weights, cand_index, cand_valid, theta, *, config: ISBORConfi
     """Batch sparse Bayesian ordinal regression: all candidates start active (Tipping 2001).
 
     Each iteration: MacKay's update ``alpha_i = (1 - alpha_i Sigma_ii) / w_i^2`` for every
-    active basis function, pruning of ``alpha_i > alpha_max``, Newton MAP and Laplace
+    active basis function, pruning of ``alpha_i > alpha_max`` (one basis function always
+    stays, its alpha capped at ``alpha_max``: labels with no signal in X end there, with
+    a weight near 0 and the class frequencies as predictions), Newton MAP and Laplace
     posterior (Eq. 10-11), one evidence-ascent step on thresholds and noise (as ISBOR).
     Stops when the evidence changes by less than ``min_delta`` and no active ``log alpha``
     moves by more than ``alpha_tol``.  ``config.capacity`` is ignored: the buffer holds all
@@ -721,9 +723,19 @@ def fit_sbor(X, y, weights, cand_index, cand_valid, theta, *, config: ISBORConfi
             jnp.diagonal(chol_inverse(fit.chol[:T, :T]))))
         gamma = 1.0 - alpha * sigma_diag
         w2 = fit.w * fit.w
-        a_new = jnp.where(mask, jnp.maximum(gamma, 0.0) / jnp.maximum(w2, jnp.finfo(dtype).tiny), 1.0)
+        # gamma_i is in (0, 1] exactly; gamma_i <= 0 is rounding of a weight fixed by its
+        # prior alone (alpha_i Sigma_ii = 1), i.e. an irrelevant basis function: alpha = inf,
+        # never the 0 that clipping gamma would give (log|A| = -inf).
+        a_new = jnp.where(mask, jnp.where(gamma > 0, gamma, 0.0) / jnp.maximum(w2, jnp.finfo(dtype).tiny), 1.0)
+        a_new = jnp.where(mask & (gamma <= 0), jnp.inf, a_new)
         prune = mask & ((a_new > alpha_max) | ~jnp.isfinite(a_new))
-        prune = prune & (jnp.sum(mask & ~prune) >= 1)
+        # Never prune them all: the most relevant one (smallest alpha) stays.
+        best = jnp.argmin(jnp.where(mask, a_new, jnp.inf))
+        prune = jnp.where(jnp.any(mask & ~prune), prune, prune & (jnp.arange(m) != best))
+        # The one basis function kept when all would be pruned stays at alpha_max: left
+        # free, its alpha grows without bound on data with no signal and the evidence
+        # overflows (NaN after ~30 iterations on 10 rows with random labels).
+        a_new = jnp.minimum(a_new, alpha_max)
         dlog = jnp.max(jnp.where(mask & ~prune, jnp.abs(jnp.log(a_new) - jnp.log(alpha)), 0.0))
         keep = mask & ~prune
         perm = jnp.argsort(~keep, stable=True)  # survivors first, in their old order

@@ -308,6 +308,32 @@ def test_sbor_compacted_state_is_the_dense_fit_on_its_survivors(sbor_fitted, dat
                                rtol=1e-9)
 
 
+def test_sbor_on_labels_without_signal_ends_at_the_class_frequencies():
+    """Labels independent of X at small widths: every basis function is irrelevant.  SBOR
+    keeps one, its alpha capped at alpha_max and its weight near 0, and predicts the training
+    class frequencies; float32 agrees with float64.  Before the cap that alpha grew without
+    bound and the fit ended NONFINITE after ~30 iterations; in float32 a rounded gamma <= 0
+    gave an alpha of 0, and the Cholesky jitter (then scaled by the mean diagonal, 1e9 here)
+    moved the float32 evidence from -6.1 to -38."""
+    rng = np.random.RandomState(0)
+    X = rng.uniform(size=(10, 3))
+    y = np.r_[np.zeros(3), np.ones(7)].astype(np.int32)
+    cfg = ISBORConfig(n_classes=2, max_iter=300)
+    for theta in (0.01, 1.0, 10.0):
+        fits = {}
+        for dtype in (jnp.float64, jnp.float32):
+            r = fit_sbor(jnp.asarray(X, dtype), jnp.asarray(y), jnp.ones(10, dtype), jnp.arange(10),
+                         jnp.ones(10, bool), theta, config=cfg)
+            assert int(r.status) == Status.SUCCESS, (theta, dtype)
+            fits[dtype] = r
+        r64, r32 = fits[jnp.float64], fits[jnp.float32]
+        np.testing.assert_allclose(float(r32.log_evidence), float(r64.log_evidence), rtol=1e-4)
+        if theta < 10:
+            assert int(r64.n_active) == 1 and float(r64.alpha[0]) == pytest.approx(1e10)
+            p = np.asarray(predict_isbor(r64, jnp.asarray(X)).proba)
+            np.testing.assert_allclose(p, np.tile([0.3, 0.7], (10, 1)), atol=1e-3)
+
+
 def test_config_rejects_capacity_below_classes():
     with pytest.raises(ValueError, match="capacity"):
         ISBORConfig(n_classes=4, capacity=3)
