@@ -163,6 +163,56 @@ def test_theta_auto_by_cv_equals_separate_fold_fits(data, scoring):
         np.testing.assert_allclose(score, -loss.mean(), rtol=1e-6)
 
 
+def test_theta_auto_by_cv_accepts_splitters_and_index_splits(data):
+    """cv as a scikit-learn splitter or as (train, test) index pairs: the same partition
+    scores as the integer rule; splits that overlap, or leave rows out of both parts, are
+    scored on their test rows from fits on their train rows only (separate fits here)."""
+    from sklearn.model_selection import KFold
+
+    from bayesord._isbor import predict_isbor
+
+    X, y = data
+    n, grid = len(y), (0.1, 1.0)
+    Xj, yj, sw = jnp.asarray(X), jnp.asarray(y, jnp.int32), jnp.ones(n)
+    key = jax.random.PRNGKey(5)
+    args = (Xj, yj, sw, 3, key)
+    folds = np.random.RandomState(1).permutation(n) % 3
+    partition = [(np.flatnonzero(folds != k), np.flatnonzero(folds == k)) for k in range(3)]
+    _, by_int = small_model(theta="auto", theta_grid=grid, theta_selection="cv", cv=3)._select_theta(
+        *args, np.random.RandomState(1))
+    _, by_pairs = small_model(theta="auto", theta_grid=grid, theta_selection="cv",
+                              cv=partition)._select_theta(*args, np.random.RandomState(7))
+    np.testing.assert_allclose(by_pairs, by_int, rtol=1e-12)
+    kf = KFold(3, shuffle=True, random_state=0)
+    _, by_splitter = small_model(theta="auto", theta_grid=grid, theta_selection="cv",
+                                 cv=kf)._select_theta(*args, np.random.RandomState(7))
+    _, by_its_pairs = small_model(theta="auto", theta_grid=grid, theta_selection="cv",
+                                  cv=list(kf.split(X)))._select_theta(*args, np.random.RandomState(7))
+    np.testing.assert_allclose(by_splitter, by_its_pairs, rtol=1e-12)
+
+    rows = np.random.RandomState(2).permutation(n)
+    odd = [(rows[:30], rows[30:50]), (rows[20:60], rows[:25])]  # rows 50..59 of rows: train only
+    est = small_model(theta="auto", theta_grid=grid, theta_selection="cv", cv=odd)
+    _, scores = est._select_theta(*args, np.random.RandomState(0))
+    cand = jnp.arange(n, dtype=jnp.int32)
+    config = est._config(n, n, 3, Xj.dtype)
+    for t, score in zip(grid, scores):
+        errors = []
+        for train, test in odd:
+            res = est._solver(Xj, yj, jnp.zeros(n).at[train].set(1.0), cand, key, t, est.min_delta, config)
+            errors.append(np.abs(np.asarray(predict_isbor(res, Xj[test]).labels) - y[test]))
+        np.testing.assert_allclose(score, -np.concatenate(errors).mean(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("cv", [1, True, "5", 2.5, [(np.arange(30), np.arange(30, 60))],
+                                [(np.arange(30), np.arange(30, 61)), (np.arange(30), np.arange(5))],
+                                [(np.arange(30), np.array([], int)), (np.arange(30), np.arange(5))]])
+def test_bad_cv_is_refused(data, cv):
+    X, y = data
+    with pytest.raises(ValueError, match="cv"):
+        small_model(theta="auto", theta_grid=(0.1, 1.0), theta_selection="cv", cv=cv).fit(X, y)
+
+
 @pytest.mark.slow
 def test_theta_auto_by_loo_equals_psis_loo_of_separate_fits(data):
     """The LOO scores are ArviZ PSIS-LOO of each width's own fit (same draws), and the

@@ -88,7 +88,12 @@ class _SparseBayesOrdinal(OrdinalEstimator):
                 raise ValueError("theta_grid is empty")
         else:
             _check_positive(self.theta, "theta (kernel width)")
-        for name in ("max_iter", "block_size", "cv", "selection_max_samples"):
+        cv_ok = (self.cv >= 2 if isinstance(self.cv, numbers.Integral)
+                 else hasattr(self.cv, "split") or hasattr(self.cv, "__iter__"))
+        if isinstance(self.cv, (bool, str, bytes)) or not cv_ok:
+            raise ValueError(f"cv must be a number of folds (>= 2), a CV splitter or an iterable of "
+                             f"(train, test) index arrays, got {self.cv!r}")
+        for name in ("max_iter", "block_size", "selection_max_samples"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
@@ -120,7 +125,10 @@ class _SparseBayesOrdinal(OrdinalEstimator):
         Args:
             X: (n, d) inputs, or the (n, n) basis matrix for ``kernel="precomputed"``.
             y: ordered labels.
-            sample_weight: optional non-negative weights.
+            sample_weight: optional non-negative weights.  A weight multiplies the row's
+                likelihood term (0 removes the row, also as a candidate centre).  It is not
+                the same as repeating the row: a repeated row is also a second candidate
+                basis function with its own prior.
             classes: explicit class order (needed for strings).
         """
         X, codes, sw = self._validate_fit(X, y, sample_weight, classes)
@@ -164,7 +172,8 @@ class _SparseBayesOrdinal(OrdinalEstimator):
         counterpart of PSIS-LOO's elpd per row."""
         grid = np.asarray(self.theta_grid, dtype=float)
         n = X.shape[0]
-        if n > self.selection_max_samples:
+        subsampled = n > self.selection_max_samples
+        if subsampled:
             rows = np.sort(rng.choice(n, self.selection_max_samples, replace=False))
             X, y, sw = X[rows], y[rows], sw[rows]
             n = rows.size
@@ -182,21 +191,58 @@ class _SparseBayesOrdinal(OrdinalEstimator):
         if self.theta_selection == "loo":
             scores = self._loo_scores(grid, thetas, X, y, sw, cand, key, config)
             return float(grid[int(np.argmax(scores))]), scores
-        folds = rng.permutation(n) % self.cv
-        weights = jnp.stack([jnp.where(jnp.asarray(folds) == k, 0.0, sw) for k in range(self.cv)])
-        rows, y_np, sw_np = np.arange(n), np.asarray(y), np.asarray(sw)
+        train_masks, fold_of, rows = self._cv_splits(n, np.asarray(y), rng, subsampled)
+        weights = jnp.where(jnp.asarray(train_masks), sw[None, :], 0.0)
+        y_np, sw_np = np.asarray(y)[rows], np.asarray(sw)[rows]
         scores = []
         for i, t in enumerate(thetas):
-            with prefix(f"theta {grid[i]:g} ({i + 1}/{grid.size}), {self.cv}-fold CV"):
+            with prefix(f"theta {grid[i]:g} ({i + 1}/{grid.size}), {len(train_masks)}-fold CV"):
                 labels, proba = _fold_predictions(t, weights, X, y, cand, key, self.min_delta, **run)
             if self.cv_scoring == "mae":
-                held_out = np.asarray(labels)[folds, rows]
+                held_out = np.asarray(labels)[fold_of, rows]
                 scores.append(-metrics.mae(y_np, held_out, sample_weight=sw_np))
             else:
-                held_out = np.asarray(proba)[folds, rows]
+                held_out = np.asarray(proba)[fold_of, rows]
                 scores.append(-metrics.ordinal_log_loss(y_np, held_out, sample_weight=sw_np))
         scores = np.asarray(scores)
         return float(grid[int(np.argmax(scores))]), scores
+
+    def _cv_splits(self, n, y, rng, subsampled):
+        """The CV folds as (train masks (folds, n), fold of each held-out pair, its row).
+
+        ``cv`` an integer: a random partition into ``cv`` folds.  A scikit-learn splitter
+        (``KFold``, ``StratifiedKFold``, ...) is asked for its splits of these rows; an
+        iterable of (train, test) index arrays is used as given.  A row held out by several
+        folds is scored once per fold; a row no fold holds out is not scored."""
+        if isinstance(self.cv, numbers.Integral):
+            fold_of = rng.permutation(n) % self.cv
+            return np.arange(self.cv)[:, None] != fold_of[None, :], fold_of, np.arange(n)
+        if hasattr(self.cv, "split"):
+            splits = list(self.cv.split(np.zeros((n, 1)), y))
+        else:
+            if subsampled:
+                raise ValueError(
+                    f"cv given as (train, test) indices needs the selection to use every row, but "
+                    f"{n} of them were drawn (selection_max_samples={self.selection_max_samples}); "
+                    "raise selection_max_samples or pass a CV splitter")
+            splits = list(self.cv)
+        if len(splits) < 2:
+            raise ValueError(f"cv gave {len(splits)} split(s); at least 2 are needed")
+        masks, fold_of, rows = np.zeros((len(splits), n), bool), [], []
+        for k, split in enumerate(splits):
+            try:
+                train, test = (np.asarray(part) for part in split)
+            except (TypeError, ValueError) as err:
+                raise ValueError("every cv split must be a pair (train, test) of index arrays") from err
+            for part in (train, test):
+                if part.size and (part.dtype.kind not in "iu" or part.min() < 0 or part.max() >= n):
+                    raise ValueError(f"cv split {k} holds indices that are not rows 0..{n - 1}")
+            if train.size == 0 or test.size == 0:
+                raise ValueError(f"cv split {k} has an empty train or test part")
+            masks[k, train] = True
+            fold_of.append(np.full(test.size, k))
+            rows.append(test)
+        return masks, np.concatenate(fold_of), np.concatenate(rows)
 
     def _loo_scores(self, grid, thetas, X, y, sw, cand, key, config):
         """elpd_loo of each width's fit (PSIS over 4 x 250 Laplace draws, one draw key for
@@ -308,7 +354,9 @@ class ISBOR(_SparseBayesOrdinal):
             The evidence can favour narrow widths whose fits keep adding relevance vectors
             to the iteration cap or the capacity and are over-confident on new rows; LOO
             and CV judge held-out rows (``docs/isbor.md``).
-        cv: folds for ``theta_selection="cv"``.
+        cv: for ``theta_selection="cv"``: the number of folds (a random partition), a
+            scikit-learn CV splitter (``StratifiedKFold(5)``, ``GroupKFold`` through
+            pre-computed splits, ...) or an iterable of (train, test) index arrays.
         cv_scoring: what CV maximises: ``"mae"`` (default; minus the held-out MAE, the
             paper's protocol) or ``"log_loss"`` (the mean held-out log probability of the
             true class: the exact counterpart of LOO, for when PSIS-LOO's Pareto k values
