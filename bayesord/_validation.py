@@ -41,7 +41,8 @@ def _feature_names(X) -> np.ndarray | None:
     return np.asarray([str(c) for c in cols], dtype=object)
 
 
-def check_X(X, *, name: str = "X", accept_sparse: bool = False, n_features: int | None = None):
+def check_X(X, *, name: str = "X", accept_sparse: bool = False, n_features: int | None = None,
+            model: str = "the model"):
     """Validate a feature matrix.
 
     Args:
@@ -50,6 +51,7 @@ def check_X(X, *, name: str = "X", accept_sparse: bool = False, n_features: int 
         name: the argument name used in error messages.
         accept_sparse: whether scipy.sparse input is allowed.
         n_features: when given, the number of columns X must have.
+        model: who expects ``n_features`` (the estimator's name), for the message.
 
     Returns:
         (X, feature_names): a float ndarray (or CSR matrix) and the DataFrame column
@@ -57,7 +59,8 @@ def check_X(X, *, name: str = "X", accept_sparse: bool = False, n_features: int 
 
     Raises:
         TypeError: non-numeric data, or sparse input where it is not supported.
-        ValueError: not 2-D, empty, NaN/inf entries, wrong number of columns.
+        ValueError: complex data, not 2-D, empty, NaN/inf entries, wrong number of columns
+            (the messages use scikit-learn's wording, which its estimator checks look for).
     """
     names = _feature_names(X)
     if sp.issparse(X):
@@ -67,7 +70,9 @@ def check_X(X, *, name: str = "X", accept_sparse: bool = False, n_features: int 
                 "pass a dense array (e.g. X.toarray())"
             )
         X = sp.csr_matrix(X)
-        if not np.issubdtype(X.dtype, np.number) or np.issubdtype(X.dtype, np.complexfloating):
+        if np.issubdtype(X.dtype, np.complexfloating):
+            raise ValueError(f"Complex data not supported: {name} has dtype {X.dtype}")
+        if not np.issubdtype(X.dtype, np.number):
             raise TypeError(f"{name} must hold real numbers, got dtype {X.dtype}")
         X = X.astype(np.float64)
         # Duplicates are summed and indices sorted explicitly (never mis-read).
@@ -75,8 +80,7 @@ def check_X(X, *, name: str = "X", accept_sparse: bool = False, n_features: int 
         X.sort_indices()
         if X.ndim != 2:
             raise ValueError(f"{name} must be 2-D, got {X.ndim} dimensions")
-        if X.shape[0] == 0 or X.shape[1] == 0:
-            raise ValueError(f"{name} is empty (shape {X.shape})")
+        _check_not_empty(X.shape, name)
         if not np.all(np.isfinite(X.data)):
             raise ValueError(f"{name} contains NaN or infinite values")
     else:
@@ -85,25 +89,35 @@ def check_X(X, *, name: str = "X", accept_sparse: bool = False, n_features: int 
             try:
                 arr = arr.astype(np.float64)
             except (TypeError, ValueError) as err:
-                raise TypeError(f"{name} must be numeric; found non-numeric entries") from err
+                raise TypeError(f"{name} must be numeric; found non-numeric entries ({err})") from err
+        if arr.dtype.kind == "c":
+            raise ValueError(f"Complex data not supported: {name} has dtype {arr.dtype}")
         if arr.dtype.kind not in "biuf":
             raise TypeError(f"{name} must be numeric, got dtype {arr.dtype}")
         if arr.ndim != 2:
             raise ValueError(
                 f"{name} must be 2-D (n_samples, n_features), got an array with {arr.ndim} "
-                f"dimension(s) and shape {arr.shape}; reshape a single feature with X.reshape(-1, 1)"
+                f"dimension(s) and shape {arr.shape}. Reshape your data: X.reshape(-1, 1) if it "
+                "holds a single feature, X.reshape(1, -1) if it is a single sample"
             )
-        if arr.shape[0] == 0 or arr.shape[1] == 0:
-            raise ValueError(f"{name} is empty (shape {arr.shape})")
+        _check_not_empty(arr.shape, name)
         X = arr.astype(np.float64, copy=False)
         if not np.all(np.isfinite(X)):
             bad = int(np.sum(~np.isfinite(X)))
             raise ValueError(f"{name} contains {bad} NaN or infinite value(s)")
     if n_features is not None and X.shape[1] != n_features:
         raise ValueError(
-            f"{name} has {X.shape[1]} features, but the model was fitted with {n_features}"
+            f"{name} has {X.shape[1]} features, but {model} is expecting {n_features} features "
+            "as input (the number it was fitted with)"
         )
     return X, names
+
+
+def _check_not_empty(shape, name):
+    if shape[0] == 0:
+        raise ValueError(f"{name} has 0 sample(s) (shape={shape}) while a minimum of 1 is required.")
+    if shape[1] == 0:
+        raise ValueError(f"{name} has 0 feature(s) (shape={shape}) while a minimum of 1 is required.")
 
 
 def check_sample_weight(sample_weight, n: int) -> np.ndarray:

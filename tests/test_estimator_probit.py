@@ -62,7 +62,7 @@ def test_integer_labels_with_gaps_and_probability_rows():
         (np.where(np.arange(360).reshape(120, 3) == 5, np.inf, X0), Y0, "NaN or infinite"),
         (X0, Y0.astype(float) * np.where(np.arange(120) == 3, np.nan, 1.0), "NaN"),
         (X0[:100], Y0, "different lengths"),
-        (np.empty((0, 3)), np.empty(0), "empty"),
+        (np.empty((0, 3)), np.empty(0), r"0 sample\(s\)"),
         (X0, np.ones(120), "at least 2"),
         (X0[:, 0], Y0, "2-D"),
         (X0[None], Y0, "2-D"),

@@ -36,7 +36,7 @@ def test_bad_data_rejected(data):
         NPSVOR().fit(np.where(np.arange(60)[:, None] == 3, np.nan, X), y)
     with pytest.raises(ValueError, match="different lengths"):
         NPSVOR().fit(X, y[:-1])
-    with pytest.raises(ValueError, match="distinct class"):
+    with pytest.raises(ValueError, match="1 class with positive weight"):
         NPSVOR().fit(X, np.zeros(60))
     model = NPSVOR(random_state=0).fit(X, y)
     with pytest.raises(ValueError, match="features"):

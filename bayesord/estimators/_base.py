@@ -25,6 +25,12 @@ class OrdinalEstimator(BaseEstimator):
 
     _accept_sparse = False
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        # Models with a kernel take sparse input with their linear kernel only.
+        tags.input_tags.sparse = self._accept_sparse and getattr(self, "kernel", "linear") == "linear"
+        return tags
+
     def _validate_fit(self, X, y, sample_weight=None, classes=None, min_classes=2,
                       require_all_classes=True):
         """Check (X, y, weights); set ``classes_``, ``n_features_in_``, ``feature_names_in_``.
@@ -38,8 +44,8 @@ class OrdinalEstimator(BaseEstimator):
         present = np.unique(codes[sw > 0])
         if present.size < min_classes:
             raise ValueError(
-                f"y has {present.size} distinct class(es) with positive weight; at least "
-                f"{min_classes} are needed to fit an ordinal model"
+                f"y has {present.size} {'class' if present.size == 1 else 'classes'} with "
+                f"positive weight; at least {min_classes} are needed to fit an ordinal model"
             )
         if require_all_classes and present.size < len(classes_):
             missing = [classes_[k] for k in range(len(classes_)) if k not in set(present.tolist())]
@@ -57,7 +63,8 @@ class OrdinalEstimator(BaseEstimator):
 
     def _validate_predict(self, X):
         check_is_fitted(self, "classes_")
-        X, names = check_X(X, accept_sparse=self._accept_sparse, n_features=self.n_features_in_)
+        X, names = check_X(X, accept_sparse=self._accept_sparse, n_features=self.n_features_in_,
+                           model=type(self).__name__)
         fitted_names = getattr(self, "feature_names_in_", None)
         if fitted_names is not None and names is not None and list(names) != list(fitted_names):
             raise ValueError("X has different feature names (or order) than the data the model was fitted on")

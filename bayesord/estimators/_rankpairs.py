@@ -174,7 +174,8 @@ class SwappedPairsSVM(OrdinalEstimator):
         the ranks in the same (weighted) proportions as their labels: the k-th cut-point is
         midway between the training scores around the cumulative share of ranks ≤ k.
         """
-        codes = np.searchsorted(self.thresholds_, self.decision_function(X), side="right")
+        scores = self.decision_function(X)  # first: it raises NotFittedError before fit
+        codes = np.searchsorted(self.thresholds_, scores, side="right")
         return self._decode(codes)
 
     def score(self, X, y, sample_weight=None):

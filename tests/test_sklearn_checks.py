@@ -1,0 +1,82 @@
+"""scikit-learn's own estimator checks (``sklearn.utils.estimator_checks``) on every estimator.
+
+They cover the API contract that pipelines, ``GridSearchCV`` and ``clone`` rely on: params,
+fitted attributes, ``n_features_in_``, error messages for bad input, pickling, sample-order
+and sample-weight invariances, sparse input where the tags say so.  The SVMs run at a tight
+tolerance because the sample-weight check compares a weighted fit with a fit on repeated
+rows to 1e-7: both solve the same problem, exactly only at convergence.
+"""
+
+import jax
+import pytest
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from bayesord import (
+    ISBOR,
+    NPSVOR,
+    SBOR,
+    CuSumRank,
+    OrdinalProbit,
+    PRank,
+    RedSVM,
+    SwappedPairsSVM,
+    TransductiveOrdinalRegression,
+)
+
+# About 10 minutes on 2 cores for the 9 estimators: part of the slow run.
+pytestmark = pytest.mark.slow
+
+ESTIMATORS = [
+    OrdinalProbit(),
+    ISBOR(theta=1.0),  # fixed width: the grid (tested elsewhere) would triple every check
+    SBOR(theta=1.0),
+    NPSVOR(tol=1e-10, max_iter=100_000),
+    CuSumRank(),
+    PRank(),
+    SwappedPairsSVM(),
+    RedSVM(tol=1e-12, max_iter=100_000),
+    TransductiveOrdinalRegression(tol=1e-12, max_iter=100_000),
+]
+
+_ONLINE_WEIGHTS = ("online updates: a weight scales the row's step, which is not the same as "
+                   "presenting the row twice (documented in docs/perceptron.md)")
+_ONLINE = {
+    "check_sample_weight_equivalence_on_dense_data": _ONLINE_WEIGHTS,
+    "check_sample_weight_equivalence_on_sparse_data": _ONLINE_WEIGHTS,
+    "check_n_features_in_after_fitting":
+        "the check calls partial_fit without classes=; the first call needs every rank "
+        "declared (as SGDClassifier's does), which the check only passes to classifiers",
+}
+_BASIS_ON_ROWS = {
+    "check_sample_weight_equivalence_on_dense_data":
+        "basis functions are centred on the training rows, so a repeated row also repeats "
+        "its basis function (a second prior term); a weight multiplies only the row's "
+        "likelihood term (documented in docs/isbor.md)",
+}
+
+
+def _expected_failures(estimator):
+    if isinstance(estimator, (CuSumRank, PRank)):
+        return _ONLINE
+    if isinstance(estimator, (ISBOR, SBOR)):
+        return _BASIS_ON_ROWS
+    return {}
+
+
+_last_model = [None]
+
+
+@pytest.fixture(autouse=True)
+def _drop_compiled(request):
+    """Compiled programs are dropped when the checks move on to the next estimator: kept
+    for all of them, the checks' many shapes exhaust XLA:CPU's code memory in one process
+    (LLVM 'Cannot allocate memory'); dropped after every check, each check recompiles."""
+    model = type(request.node.callspec.params["estimator"])
+    if _last_model[0] is not None and model is not _last_model[0]:
+        jax.clear_caches()
+    _last_model[0] = model
+
+
+@parametrize_with_checks(ESTIMATORS, expected_failed_checks=_expected_failures)
+def test_scikit_learn_estimator_checks(estimator, check):
+    check(estimator)
