@@ -726,8 +726,8 @@ def fit_sbor(X, y, weights, cand_index, cand_valid, theta, *, config: ISBORConfi
         # gamma_i is in (0, 1] exactly; gamma_i <= 0 is rounding of a weight fixed by its
         # prior alone (alpha_i Sigma_ii = 1), i.e. an irrelevant basis function: alpha = inf,
         # never the 0 that clipping gamma would give (log|A| = -inf).
-        a_new = jnp.where(mask, jnp.where(gamma > 0, gamma, 0.0) / jnp.maximum(w2, jnp.finfo(dtype).tiny), 1.0)
-        a_new = jnp.where(mask & (gamma <= 0), jnp.inf, a_new)
+        a_new = jnp.where(gamma > 0, gamma / jnp.maximum(w2, jnp.finfo(dtype).tiny), jnp.inf)
+        a_new = jnp.where(mask, a_new, 1.0)
         prune = mask & ((a_new > alpha_max) | ~jnp.isfinite(a_new))
         # Never prune them all: the most relevant one (smallest alpha) stays.
         best = jnp.argmin(jnp.where(mask, a_new, jnp.inf))
