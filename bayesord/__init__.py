@@ -45,6 +45,7 @@ from .estimators import (
     SBOR,
     SwappedPairsSVM,
     TransductiveOrdinalRegression,
+    load_model,
 )
 
 __version__ = "0.1.0"
@@ -90,6 +91,7 @@ __all__ = [
     "fit_rankpairs_linear",
     "fit_redsvm",
     "fit_tor",
+    "load_model",
     "metrics",
     "predict_isbor",
     "predict_probit",

@@ -279,3 +279,49 @@ def test_to_inference_data_for_isbor(model, data):
     got = idata.log_likelihood["y"].values.reshape(-1, len(y))[0]
     np.testing.assert_allclose(got, ref, rtol=1e-8, atol=1e-10)
     assert np.isfinite(az.loo(idata).elpd_loo)
+
+
+def test_save_load_round_trip(model, data, tmp_path):
+    """A saved ISBOR loads back bit for bit, without the training data."""
+    from bayesord import load_model
+
+    X, _ = data
+    path = tmp_path / "isbor.npz"
+    model.save(path)
+    loaded = load_model(path)
+    assert type(loaded) is ISBOR and loaded.get_params() == model.get_params()
+    for name in ("predict", "predict_proba", "predict_proba_std", "predict_latent"):
+        np.testing.assert_array_equal(getattr(loaded, name)(X), getattr(model, name)(X))
+    for name in ("classes_", "relevance_indices_", "relevance_vectors_", "coef_", "coef_cov_", "alpha_",
+                 "thresholds_", "evidence_trace_", "actions_", "sigma_", "theta_", "log_evidence_",
+                 "n_iter_", "converged_", "status_", "n_pruned_"):
+        np.testing.assert_array_equal(getattr(loaded, name), getattr(model, name), err_msg=name)
+    table = loaded.summary()
+    assert list(table.index) == [f"rv {i}" for i in model.relevance_indices_] + [
+        "threshold low|mid", "threshold mid|high"]
+    np.testing.assert_allclose(table["97.5%"] - table["2.5%"],
+                               np.r_[2 * 1.959964 * np.sqrt(np.diag(model.coef_cov_)), np.nan, np.nan],
+                               rtol=1e-6)
+    with pytest.raises(ValueError, match="bayesord.ISBOR/1"):
+        SBOR.load(path)
+
+
+def test_saving_an_unstorable_parameter_warns_on_load(data, tmp_path):
+    from sklearn.model_selection import KFold
+
+    X, y = data
+    m = small_model().fit(X, y)
+    m.set_params(cv=KFold(3))  # a splitter cannot be stored without pickle
+    m.save(tmp_path / "m.npz")
+    with pytest.warns(UserWarning, match="cv=KFold"):
+        loaded = ISBOR.load(tmp_path / "m.npz")
+    assert loaded.cv == 5
+    np.testing.assert_array_equal(loaded.predict_proba(X), m.predict_proba(X))
+
+
+def test_refit_clears_the_previous_fit(data):
+    X, y = data
+    m = small_model().fit(X, y)
+    m.theta_grid_scores_ = np.zeros(3)  # as left by an earlier fit with theta="auto"
+    m.fit(X, y)
+    assert not hasattr(m, "theta_grid_scores_")

@@ -1,5 +1,6 @@
 """scikit-learn compatible estimators over the functional core (one module per model family)."""
 
+from ._base import read_model_file
 from ._isbor import ISBOR, SBOR
 from ._npsvor import NPSVOR
 from ._perceptron import CuSumRank, PRank
@@ -17,4 +18,16 @@ __all__ = [
     "SBOR",
     "SwappedPairsSVM",
     "TransductiveOrdinalRegression",
+    "load_model",
 ]
+
+
+def load_model(path):
+    """Load a model saved by ``save`` of :class:`OrdinalProbit`, :class:`ISBOR` or :class:`SBOR`.
+
+    The file says which class it holds; the model comes back fitted, bit for bit.
+
+    Raises:
+        ValueError: ``path`` is not a model file written by one of these classes.
+    """
+    return read_model_file(path, {cls._format: cls for cls in (OrdinalProbit, ISBOR, SBOR)})

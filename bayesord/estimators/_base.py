@@ -7,13 +7,18 @@ Estimators hold no numerics.  Each one validates input here, calls a functional
 
 from __future__ import annotations
 
+import json
+import os
+import warnings
+import zipfile
+
 import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from .._validation import check_sample_weight, check_X, encode_known_labels, encode_labels
 
-__all__ = ["OrdinalEstimator", "reset_fitted"]
+__all__ = ["OrdinalEstimator", "SavableMixin", "read_model_file", "reset_fitted"]
 
 
 class OrdinalEstimator(BaseEstimator):
@@ -93,3 +98,107 @@ def reset_fitted(est) -> None:
     """Remove every fitted attribute (trailing underscore) so a failed fit leaves no half state."""
     for name in [k for k in vars(est) if k.endswith("_") and not k.startswith("__")]:
         delattr(est, name)
+
+
+# ---------------------------------------------------------------- persistence
+# A saved model is one .npz file: named float/int arrays plus a "meta" entry holding JSON
+# (format tag, constructor parameters, classes, feature names, scalars).  No pickle, so a
+# file cannot run code when loaded, and floats round-trip bit for bit.
+
+class SavableMixin:
+    """``save``/``load`` for an estimator that sets ``_format`` (a versioned tag such as
+    ``"bayesord.ISBOR/1"``) and implements ``_saved_state`` and ``_restore``."""
+
+    _format = ""
+
+    def _saved_state(self):
+        """(arrays, meta): the fitted state as named arrays and JSON-ready metadata."""
+        raise NotImplementedError
+
+    def _restore(self, arrays, meta):
+        """Set the fitted attributes from what :meth:`_saved_state` wrote."""
+        raise NotImplementedError
+
+    def save(self, path):
+        """Save the fitted model to ``path`` (.npz of arrays plus JSON metadata; no pickle).
+
+        Floats are stored in binary, so :meth:`load` (or :func:`bayesord.load_model`)
+        restores the model exactly, without the training data.  Parameters that JSON
+        cannot hold (a CV splitter, a ``RandomState``) are recorded by their ``repr`` and
+        fall back to their defaults on loading, with a warning.
+        """
+        check_is_fitted(self, "result_")
+        arrays, meta = self._saved_state()
+        _write_model_file(self, path, arrays, meta)
+
+    @classmethod
+    def load(cls, path):
+        """Load a model written by :meth:`save`."""
+        return read_model_file(path, {cls._format: cls})
+
+
+def _write_model_file(est, path, arrays, meta):
+    """Write ``est``'s parameters, classes and feature names, ``meta`` and ``arrays`` to ``path``.
+
+    Parameters that JSON cannot hold (a CV splitter, a ``RandomState``) are recorded by their
+    ``repr``; :func:`read_model_file` warns that they fall back to their defaults.
+    """
+    params, tuples, unsaved = {}, [], {}
+    for name, value in est.get_params(deep=False).items():
+        if isinstance(value, tuple):
+            tuples.append(name)
+        try:
+            params[name] = json.loads(json.dumps(value, default=_numpy_to_json))
+        except TypeError:
+            unsaved[name] = repr(value)
+    classes = np.asarray(est.classes_)
+    names = getattr(est, "feature_names_in_", None)
+    meta = dict(meta, format=est._format, params=params, tuple_params=tuples, unsaved_params=unsaved,
+                classes=classes.tolist(), classes_kind=classes.dtype.kind,
+                n_features_in=int(est.n_features_in_),
+                feature_names=None if names is None else [str(c) for c in names])
+    with open(path, "wb") as fh:
+        np.savez(fh, meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8),
+                 **{k: np.asarray(v) for k, v in arrays.items()})
+
+
+def _numpy_to_json(value):
+    if isinstance(value, (np.ndarray, np.generic)):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def read_model_file(path, formats):
+    """Read a file written by :func:`_write_model_file` whose format is one of ``formats``.
+
+    Returns:
+        A new estimator of the saved class (``formats`` maps each format tag to its class)
+        with the saved parameters and fitted state.
+    """
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no model file {path}")
+    if not zipfile.is_zipfile(path):
+        raise ValueError(f"{path} is not a model saved by bayesord (not an .npz archive)")
+    with np.load(path, allow_pickle=False) as data:
+        if "meta" not in data.files:
+            raise ValueError(f"{path} is an .npz archive but not a model saved by bayesord (no 'meta' entry)")
+        meta = json.loads(bytes(data["meta"]).decode())
+        arrays = {k: data[k] for k in data.files if k != "meta"}
+    fmt = meta.get("format")
+    if fmt not in formats:
+        raise ValueError(f"{path} holds format {fmt!r}; expected one of {sorted(formats)}")
+    params = {k: tuple(v) if k in meta["tuple_params"] else v for k, v in meta["params"].items()}
+    unsaved = meta["unsaved_params"]
+    if unsaved:
+        listed = ", ".join(f"{k}={v}" for k, v in unsaved.items())
+        warnings.warn(f"{path}: parameters that cannot be saved without pickle keep their defaults "
+                      f"({listed}); they matter only when the model is fitted again", UserWarning,
+                      stacklevel=3)
+    model = formats[fmt](**params)
+    kind = meta["classes_kind"]
+    model.classes_ = np.asarray(meta["classes"]).astype(kind if kind in "biuf" else str)
+    model.n_features_in_ = meta["n_features_in"]
+    if meta["feature_names"] is not None:
+        model.feature_names_in_ = np.asarray(meta["feature_names"], dtype=object)
+    model._restore(arrays, meta)
+    return model

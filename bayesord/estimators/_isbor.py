@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 import warnings
 from functools import partial
@@ -14,11 +15,11 @@ from sklearn.utils.validation import check_is_fitted
 
 from .. import metrics
 from .._basis import KERNELS, kmeanspp_indices
-from .._isbor import Action, ISBORConfig, fit_isbor, fit_sbor, predict_isbor
+from .._isbor import Action, ISBORConfig, ISBORResult, fit_isbor, fit_sbor, predict_isbor
 from .._linalg import chol_inverse
 from .._progress import check_verbose, prefix
 from .._status import check_status
-from ._base import OrdinalEstimator
+from ._base import OrdinalEstimator, SavableMixin, reset_fitted
 
 __all__ = ["ISBOR", "SBOR"]
 
@@ -68,7 +69,7 @@ def _fold_predictions(theta, fold_weights, X, y, cand, key, min_delta, *, solver
     return jax.lax.map(one, fold_weights)
 
 
-class _SparseBayesOrdinal(OrdinalEstimator):
+class _SparseBayesOrdinal(SavableMixin, OrdinalEstimator):
     """Shared fit/predict plumbing; subclasses choose the solver."""
 
     _solver_name = ""
@@ -131,6 +132,7 @@ class _SparseBayesOrdinal(OrdinalEstimator):
                 basis function with its own prior.
             classes: explicit class order (needed for strings).
         """
+        reset_fitted(self)
         X, codes, sw = self._validate_fit(X, y, sample_weight, classes)
         n = X.shape[0]
         n_classes = len(self.classes_)
@@ -150,8 +152,12 @@ class _SparseBayesOrdinal(OrdinalEstimator):
             theta = float(self.theta)
         config = self._config(n, cand.shape[0], n_classes, Xj.dtype)
         res = self._solver(Xj, yj, swj, cand, key, theta, self.min_delta, config)
-        check_status(int(res.status), self._solver_name)
-        self._store(res, X, config)
+        try:
+            check_status(int(res.status), self._solver_name)
+        except FloatingPointError:
+            reset_fitted(self)
+            raise
+        self._store(res, config)
         return self
 
     def _candidates(self, X, key):
@@ -266,13 +272,13 @@ class _SparseBayesOrdinal(OrdinalEstimator):
             scores.append(elpd if np.isfinite(elpd) else -np.inf)
         return np.asarray(scores)
 
-    def _store(self, res, X, config):
-        self.result_ = res
+    def _store(self, res, config):
+        self.result_ = jax.tree_util.tree_map(np.asarray, res)
         self._config_ = config
         mask = np.asarray(res.mask)
         idx = np.asarray(res.relevance_index)[mask]
         self.relevance_indices_ = idx
-        self.relevance_vectors_ = np.asarray(X)[idx] if config.kernel != "precomputed" else None
+        self.relevance_vectors_ = np.asarray(res.centres)[mask] if config.kernel != "precomputed" else None
         self.coef_ = np.asarray(res.w)[mask]
         cov = np.asarray(chol_inverse(res.chol))
         self.coef_cov_ = cov[np.ix_(mask, mask)]
@@ -288,6 +294,46 @@ class _SparseBayesOrdinal(OrdinalEstimator):
         self.converged_ = bool(res.converged)
         self.status_ = int(res.status)
         self.n_pruned_ = int(res.n_pruned)
+
+    def summary(self, level=0.95):
+        """Posterior of the relevance-vector weights, and the thresholds, as a table.
+
+        One row per relevance vector (``rv <training row>``: posterior mean, sd and central
+        ``level`` interval of its weight, and its prior precision alpha), then one row per
+        threshold (type-II maximum-likelihood point estimates: sd and interval are NaN).
+
+        Returns:
+            pandas DataFrame indexed by parameter name.
+        """
+        import pandas as pd
+        from scipy.stats import norm
+
+        check_is_fitted(self, "result_")
+        z = norm.ppf(0.5 + level / 2)
+        sd = np.sqrt(np.diag(self.coef_cov_))
+        cls = [str(c) for c in self.classes_]
+        thr = [f"threshold {cls[k]}|{cls[k + 1]}" for k in range(len(cls) - 1)]
+        nan = np.full(len(thr), np.nan)
+        lo_name, hi_name = f"{100 * (1 - level) / 2:g}%", f"{100 * (1 + level) / 2:g}%"
+        return pd.DataFrame({
+            "mean": np.concatenate([self.coef_, self.thresholds_]),
+            "sd": np.concatenate([sd, nan]),
+            lo_name: np.concatenate([self.coef_ - z * sd, nan]),
+            hi_name: np.concatenate([self.coef_ + z * sd, nan]),
+            "alpha": np.concatenate([self.alpha_, nan]),
+        }, index=[f"rv {i}" for i in self.relevance_indices_] + thr)
+
+    def _saved_state(self):
+        scores = getattr(self, "theta_grid_scores_", None)
+        return ({f"result.{k}": v for k, v in self.result_._asdict().items()},
+                {"config": dataclasses.asdict(self._config_),
+                 "theta_grid_scores": None if scores is None else np.asarray(scores).tolist()})
+
+    def _restore(self, arrays, meta):
+        self._store(ISBORResult(**{k: arrays[f"result.{k}"] for k in ISBORResult._fields}),
+                    ISBORConfig(**meta["config"]))
+        if meta["theta_grid_scores"] is not None:
+            self.theta_grid_scores_ = np.asarray(meta["theta_grid_scores"], dtype=float)
 
     def to_inference_data(self, X, y, **kwargs):
         """ArviZ ``InferenceData`` over the relevance-vector weights.
@@ -406,6 +452,7 @@ class ISBOR(_SparseBayesOrdinal):
     """
 
     _solver_name = "ISBOR"
+    _format = "bayesord.ISBOR/1"
     _solver = staticmethod(_isbor_solve)
 
     def __init__(self, kernel="rbf", theta="auto", theta_grid=_DEFAULT_GRID, theta_selection="evidence",
@@ -453,6 +500,7 @@ class SBOR(_SparseBayesOrdinal):
     """
 
     _solver_name = "SBOR"
+    _format = "bayesord.SBOR/1"
     _solver = staticmethod(_sbor_solve)
 
     def __init__(self, kernel="rbf", theta="auto", theta_grid=_DEFAULT_GRID, theta_selection="evidence",

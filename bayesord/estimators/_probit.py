@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import warnings
 
 import jax
@@ -20,14 +19,11 @@ from .._probit import (
 )
 from .._status import check_status
 from .._validation import float_dtype
-from ._base import OrdinalEstimator, reset_fitted
+from ._base import OrdinalEstimator, SavableMixin, reset_fitted
 
 __all__ = ["OrdinalProbit"]
 
-_FORMAT = "bayesord.OrdinalProbit/1"
-
-
-class OrdinalProbit(OrdinalEstimator):
+class OrdinalProbit(SavableMixin, OrdinalEstimator):
     """Bayesian linear ordinal regression with a Laplace posterior.
 
     Latent ``f = x^T w``, ``P(y = k) = F((b_{k+1} - f)/sigma) - F((b_k - f)/sigma)``, prior
@@ -73,6 +69,8 @@ class OrdinalProbit(OrdinalEstimator):
         >>> model.predict_proba(X[:2]).shape
         (2, 4)
     """
+
+    _format = "bayesord.OrdinalProbit/1"
 
     def __init__(self, thresholds="evidence", alpha=1.0, prior="gaussian", link="probit",
                  tol=None, max_iter=200, max_newton=100, classes=None, n_draws=200,
@@ -268,52 +266,19 @@ class OrdinalProbit(OrdinalEstimator):
                              "kind": kind}, index=names + thr_names)
 
     # ------------------------------------------------------------ persistence
-    def save(self, path):
-        """Save the fitted model to ``path`` (.npz of arrays plus JSON metadata; no pickle).
-
-        Floats are stored in binary, so :meth:`load` restores the model exactly.
-        """
-        from sklearn.utils.validation import check_is_fitted
-
-        check_is_fitted(self, "coef_")
-        classes = np.asarray(self.classes_)
-        meta = {
-            "format": _FORMAT,
-            "params": {k: (v.tolist() if isinstance(v, np.ndarray) else v)
-                       for k, v in self.get_params().items()},
-            "classes": classes.tolist(),
-            "classes_kind": classes.dtype.kind,
-            "feature_names": (list(self.feature_names_in_)
-                              if hasattr(self, "feature_names_in_") else None),
-            "scalars": {"noise_": self.noise_, "log_evidence_": self.log_evidence_,
-                        "n_iter_": self.n_iter_, "converged_": self.converged_},
-        }
-        arrays = {f"result.{k}": np.asarray(v) for k, v in self.result_._asdict().items()}
+    def _saved_state(self):
+        arrays = {f"result.{k}": v for k, v in self.result_._asdict().items()}
         arrays["thresholds_cov_"] = self.thresholds_cov_
-        with open(path, "wb") as fh:
-            np.savez(fh, meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays)
+        return arrays, {"scalars": {"noise_": self.noise_, "log_evidence_": self.log_evidence_,
+                                    "n_iter_": self.n_iter_, "converged_": self.converged_}}
 
-    @classmethod
-    def load(cls, path):
-        """Load a model written by :meth:`save`."""
-        with np.load(path, allow_pickle=False) as data:
-            meta = json.loads(bytes(data["meta"]).decode())
-            if meta.get("format") != _FORMAT:
-                raise ValueError(f"{path} is not a saved OrdinalProbit (format {meta.get('format')!r})")
-            fields = {k: data[f"result.{k}"] for k in ProbitResult._fields}
-            thr_cov = data["thresholds_cov_"]
-        model = cls(**meta["params"])
-        res = ProbitResult(**fields)
-        model.result_ = res
-        model.classes_ = np.asarray(meta["classes"]).astype(meta["classes_kind"] if meta["classes_kind"] in "biuf" else str)
-        model.n_features_in_ = res.coef.shape[0]
-        if meta["feature_names"] is not None:
-            model.feature_names_in_ = np.asarray(meta["feature_names"], dtype=object)
-        model.coef_ = res.coef
-        model.coef_cov_ = res.coef_cov
-        model.thresholds_ = res.thresholds
-        model.thresholds_cov_ = thr_cov
-        model.alpha_ = res.alpha
+    def _restore(self, arrays, meta):
+        res = ProbitResult(**{k: arrays[f"result.{k}"] for k in ProbitResult._fields})
+        self.result_ = res
+        self.coef_ = res.coef
+        self.coef_cov_ = res.coef_cov
+        self.thresholds_ = res.thresholds
+        self.thresholds_cov_ = arrays["thresholds_cov_"]
+        self.alpha_ = res.alpha
         for k, v in meta["scalars"].items():
-            setattr(model, k, v)
-        return model
+            setattr(self, k, v)
