@@ -1,5 +1,10 @@
 """The ``bayesord`` command: ``demo``, ``fit``, ``predict`` and ``bench``.
 
+``fit`` fits ``OrdinalProbit`` (default), ``ISBOR`` or ``SBOR`` (``--model``) on a CSV file
+and saves it; ``predict`` reads any saved model (:func:`bayesord.load_model`) and writes
+labels, and on request class probabilities with their posterior spread and the latent
+mean and sd.
+
 The command is an application, not a library import, so it turns on JAX's float64 mode
 (recommended for the Bayesian paths) before doing any work.  ``demo`` and ``fit`` report
 progress on stderr (which model is being fitted, and the solver's own progress line for
@@ -124,25 +129,60 @@ def _read_table(path, target):
     return X, y, names
 
 
+_PROBIT_ONLY = ("thresholds", "alpha", "prior")
+_KERNEL_ONLY = ("kernel", "theta", "theta_selection", "seed")
+
+
+def _make_model(args, classes):
+    from .estimators import ISBOR, SBOR, OrdinalProbit
+
+    given = {name: getattr(args, name) for name in _PROBIT_ONLY + _KERNEL_ONLY
+             if getattr(args, name) is not None}
+    if args.model == "probit":
+        wrong = [n for n in _KERNEL_ONLY if n in given]
+        if wrong:
+            raise ValueError(f"--{wrong[0].replace('_', '-')} applies to --model isbor or sbor, not probit")
+        opts = {k: given[k] for k in _PROBIT_ONLY if k in given}
+        return OrdinalProbit(link=args.link, classes=classes, **opts)
+    wrong = [n for n in _PROBIT_ONLY if n in given]
+    if wrong:
+        raise ValueError(f"--{wrong[0]} applies to --model probit, not {args.model}")
+    theta = given.get("theta", "auto")
+    if theta != "auto":
+        try:
+            theta = float(theta)
+        except ValueError:
+            raise ValueError(f"--theta must be a positive number or 'auto', got {theta!r}") from None
+    cls = ISBOR if args.model == "isbor" else SBOR
+    return cls(kernel=given.get("kernel", "rbf"), theta=theta,
+               theta_selection=given.get("theta_selection", "evidence"), link=args.link,
+               random_state=given.get("seed", 0), verbose=int(args.progress))
+
+
 def _fit(args) -> int:
     import pandas as pd
-
-    from .estimators import OrdinalProbit
 
     X, y, names = _read_table(args.data, args.target)
     classes = args.classes.split(",") if args.classes else None
     if classes is not None and np.asarray(y).dtype.kind in "iuf":
         classes = [type(np.asarray(y).flat[0].item())(c) for c in classes]
-    model = OrdinalProbit(thresholds=args.thresholds, alpha=args.alpha, prior=args.prior,
-                          link=args.link, classes=classes)
+    model = _make_model(args, classes)
+    name = type(model).__name__
     if args.progress:
-        _progress.show(f"fit: OrdinalProbit on {X.shape[0]} rows x {X.shape[1]} features ...")
+        _progress.show(f"fit: {name} on {X.shape[0]} rows x {X.shape[1]} features ...")
     t0 = time.perf_counter()
-    model.fit(pd.DataFrame(X, columns=names), y)
+    frame = pd.DataFrame(X, columns=names)
+    if args.model == "probit":
+        model.fit(frame, y)
+    else:
+        model.fit(frame, y, classes=classes)
     if args.progress:
-        _progress.show(f"fit: OrdinalProbit fitted in {time.perf_counter() - t0:.1f} s", final=True)
+        _progress.show(f"fit: {name} fitted in {time.perf_counter() - t0:.1f} s", final=True)
     model.save(args.out)
     print(model.summary().to_string(float_format=lambda v: f"{v:.4f}"))
+    if args.model != "probit":
+        print(f"\n{len(model.relevance_indices_)} relevance vectors of {X.shape[0]} rows; kernel "
+              f"{model.kernel}, width {model.theta_:g}; noise sigma {model.sigma_:.4f}")
     print(f"\nlog evidence {model.log_evidence_:.4f}; converged {model.converged_}; saved to {args.out}")
     return 0
 
@@ -150,9 +190,9 @@ def _fit(args) -> int:
 def _predict(args) -> int:
     import pandas as pd
 
-    from .estimators import OrdinalProbit
+    from .estimators import OrdinalProbit, load_model
 
-    model = OrdinalProbit.load(args.model)
+    model = load_model(args.model)
     frame = pd.read_csv(args.data)
     if args.target and args.target in frame.columns:
         frame = frame.drop(columns=[args.target])
@@ -163,10 +203,20 @@ def _predict(args) -> int:
             raise ValueError(f"{args.data} lacks feature columns {missing}")
         frame = frame[list(names)]
     out = pd.DataFrame({"prediction": model.predict(frame)})
-    if args.proba:
+    if args.proba or args.uncertainty:
         proba = model.predict_proba(frame)
         for k, c in enumerate(model.classes_):
             out[f"P({c})"] = proba[:, k]
+    if args.uncertainty:
+        if isinstance(model, OrdinalProbit):
+            sd = model.predict_proba_interval(frame)[2]
+        else:
+            sd = model.predict_proba_std(frame)
+        for k, c in enumerate(model.classes_):
+            out[f"sd P({c})"] = sd[:, k]
+        mean, var = model.predict_latent(frame)
+        out["latent mean"] = mean
+        out["latent sd"] = np.sqrt(var)
     if args.out:
         out.to_csv(args.out, index=False)
         print(f"wrote {len(out)} predictions to {args.out}")
@@ -202,29 +252,47 @@ def _parser():
     d.add_argument("--out", default="bayesord_demo.png", help="PNG plot of class probabilities")
     _add_quiet(d)
     d.set_defaults(func=_demo)
-    f = sub.add_parser("fit", help="fit OrdinalProbit on a CSV file and save it")
+    f = sub.add_parser("fit", help="fit a Bayesian model (OrdinalProbit, ISBOR or SBOR) on a CSV "
+                                   "file and save it")
     f.add_argument("data", help="CSV file with a header row; every column but the target is a "
                                 "numeric feature")
     f.add_argument("--target", default="y", help="name of the label column (default: y)")
     f.add_argument("--out", required=True, help="where to save the model (.npz)")
-    f.add_argument("--thresholds", choices=["evidence", "joint"], default="evidence",
-                   help="evidence: thresholds and prior precision by type-II maximum likelihood "
-                        "(default); joint: thresholds fitted with w for the fixed --alpha")
-    f.add_argument("--alpha", type=float, default=1.0,
-                   help="prior precision of w: the fixed value with --thresholds joint (0 is "
-                        "maximum likelihood), the starting value with evidence (default: 1)")
-    f.add_argument("--prior", choices=["gaussian", "ard"], default="gaussian",
-                   help="one precision for all weights (default) or one per feature (ARD)")
+    f.add_argument("--model", choices=["probit", "isbor", "sbor"], default="probit",
+                   help="probit: linear OrdinalProbit (default); isbor: sparse Bayesian kernel "
+                        "model with incremental relevance-vector selection; sbor: its batch "
+                        "version (small data)")
+    f.add_argument("--thresholds", choices=["evidence", "joint"],
+                   help="probit: thresholds and prior precision by type-II maximum likelihood "
+                        "(evidence, the default) or thresholds fitted with w for the fixed "
+                        "--alpha (joint)")
+    f.add_argument("--alpha", type=float,
+                   help="probit: prior precision of w: the fixed value with --thresholds joint "
+                        "(0 is maximum likelihood), the starting value with evidence (default: 1)")
+    f.add_argument("--prior", choices=["gaussian", "ard"],
+                   help="probit: one precision for all weights (default) or one per feature (ARD)")
+    f.add_argument("--kernel", choices=["rbf", "linear", "poly"],
+                   help="isbor/sbor: basis functions (default: rbf, exp(-width |x - x_i|^2); "
+                        "put the features on comparable scales)")
+    f.add_argument("--theta", help="isbor/sbor: kernel width, a positive number or 'auto' "
+                                   "(default: chosen from 0.01, 0.1, 1, 10)")
+    f.add_argument("--theta-selection", choices=["evidence", "loo", "cv"],
+                   help="isbor/sbor: how --theta auto chooses: the Laplace evidence (default), "
+                        "PSIS-LOO, or 5-fold CV on the MAE")
+    f.add_argument("--seed", type=int, help="isbor/sbor: random seed (default: 0)")
     f.add_argument("--link", choices=["probit", "logit"], default="probit",
                    help="latent noise distribution (default: probit)")
     f.add_argument("--classes", help="comma-separated labels from lowest to highest")
     _add_quiet(f)
     f.set_defaults(func=_fit)
     r = sub.add_parser("predict", help="predict with a saved model")
-    r.add_argument("model", help="a model saved by `bayesord fit` (.npz)")
+    r.add_argument("model", help="a model saved by `bayesord fit` or an estimator's save() (.npz)")
     r.add_argument("data", help="CSV file with the model's feature columns (by name)")
     r.add_argument("--target", default="y", help="column to drop if present")
     r.add_argument("--proba", action="store_true", help="also write class probabilities")
+    r.add_argument("--uncertainty", action="store_true",
+                   help="also write class probabilities, their posterior sd, and the latent "
+                        "mean and sd")
     r.add_argument("--out", help="CSV file to write (default: stdout)")
     r.set_defaults(func=_predict)
     b = sub.add_parser("bench", help="run benchmark scripts and write JSON, markdown tables and plots")

@@ -1,6 +1,9 @@
 """The bayesord command: demo, fit, predict."""
 
+import io
+
 import numpy as np
+import pytest
 import pandas as pd
 
 from bayesord.cli import main
@@ -34,3 +37,67 @@ def test_bad_target_is_reported_not_raised(tmp_path, capsys):
     pd.DataFrame({"a": [1.0, 2.0], "y": [1, 2]}).to_csv(data, index=False)
     assert main(["fit", str(data), "--target", "grade", "--out", str(tmp_path / "m.npz")]) == 2
     assert "grade" in capsys.readouterr().err
+
+
+def test_isbor_fit_then_predict_with_uncertainty(tmp_path, capsys):
+    from bayesord import ISBOR, load_model
+
+    X, y, _ = make_ordinal_probit(90, 2, 3, seed=5)
+    frame = pd.DataFrame(X, columns=["a", "b"]).assign(grade=np.array(["lo", "mid", "hi"])[y - 1])
+    data = tmp_path / "train.csv"
+    frame.to_csv(data, index=False)
+    model = tmp_path / "isbor.npz"
+    assert main(["fit", str(data), "--target", "grade", "--out", str(model), "--model", "isbor",
+                 "--theta", "1", "--classes", "lo,mid,hi", "--quiet"]) == 0
+    text = capsys.readouterr().out
+    fitted = load_model(model)
+    assert isinstance(fitted, ISBOR) and list(fitted.classes_) == ["lo", "mid", "hi"]
+    assert f"{len(fitted.relevance_indices_)} relevance vectors of 90 rows" in text
+    assert "threshold lo|mid" in text
+    preds = tmp_path / "p.csv"
+    assert main(["predict", str(model), str(data), "--target", "grade", "--uncertainty", "--out", str(preds)]) == 0
+    result = pd.read_csv(preds)
+    feats = frame[["a", "b"]]
+    assert list(result["prediction"]) == list(fitted.predict(feats))
+    np.testing.assert_allclose(result[["P(lo)", "P(mid)", "P(hi)"]], fitted.predict_proba(feats), rtol=1e-12)
+    np.testing.assert_allclose(result[["sd P(lo)", "sd P(mid)", "sd P(hi)"]], fitted.predict_proba_std(feats),
+                               rtol=1e-12)
+    mean, var = fitted.predict_latent(feats)
+    np.testing.assert_allclose(result["latent sd"], np.sqrt(var), rtol=1e-12)
+
+
+def test_probit_predict_with_uncertainty(tmp_path, capsys):
+    X, y, _ = make_ordinal_probit(150, 2, 3, seed=4)
+    data = tmp_path / "train.csv"
+    pd.DataFrame(X, columns=["a", "b"]).assign(y=y).to_csv(data, index=False)
+    model = tmp_path / "m.npz"
+    assert main(["fit", str(data), "--out", str(model), "--thresholds", "joint", "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["predict", str(model), str(data), "--uncertainty"]) == 0
+    result = pd.read_csv(io.StringIO(capsys.readouterr().out))
+    assert {"sd P(1)", "latent mean", "latent sd"} <= set(result.columns)
+    assert np.all(result[["sd P(1)", "sd P(2)", "sd P(3)"]] >= 0)
+
+
+@pytest.mark.parametrize("args, match", [
+    (["--model", "isbor", "--prior", "ard"], "--prior applies to --model probit"),
+    (["--theta", "1"], "--theta applies to --model isbor or sbor"),
+    (["--model", "sbor", "--theta", "wide"], "--theta must be a positive number or 'auto'"),
+])
+def test_fit_options_of_the_other_model_are_refused(tmp_path, capsys, args, match):
+    data = tmp_path / "d.csv"
+    pd.DataFrame({"a": [1.0, 2.0, 3.0], "y": [1, 2, 3]}).to_csv(data, index=False)
+    assert main(["fit", str(data), "--out", str(tmp_path / "m.npz"), *args]) == 2
+    assert match in capsys.readouterr().err
+
+
+def test_predict_refuses_a_file_that_is_not_a_model(tmp_path, capsys):
+    data = tmp_path / "d.csv"
+    pd.DataFrame({"a": [1.0], "y": [1]}).to_csv(data, index=False)
+    np.savez(tmp_path / "other.npz", a=np.zeros(2))
+    assert main(["predict", str(data), str(data)]) == 2
+    assert "not an .npz archive" in capsys.readouterr().err
+    assert main(["predict", str(tmp_path / "other.npz"), str(data)]) == 2
+    assert "not a model saved by bayesord" in capsys.readouterr().err
+    assert main(["predict", str(tmp_path / "missing.npz"), str(data)]) == 2
+    assert "no model file" in capsys.readouterr().err
