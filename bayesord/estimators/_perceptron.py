@@ -119,9 +119,11 @@ class _StructuredPerceptron(OrdinalEstimator):
         """One online pass over (X, y) in the given order, continuing from the current weights.
 
         Args:
-            X, y, sample_weight: a batch of the stream.
+            X: inputs of a batch of the stream.
+            y: its labels.
             classes: all labels in increasing order; required on the first call (the
                 stream may not show every rank early), and must not change afterwards.
+            sample_weight: optional non-negative weights of the batch's rows.
 
         Returns:
             self.
