@@ -78,12 +78,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-import warnings
 
 from ._loops import jit_serial_cpu, permutation
 from ._progress import emit, prefix
 from ._sparse import PaddedRows, row_dots
-from ._status import Status
+from ._status import Status, warn_user
 
 __all__ = [
     "NPSVORConfig",
@@ -685,10 +684,9 @@ def cv_npsvor(X: PaddedRows, codes, n_classes: int, Cs, n_folds: int, eps, tol, 
             if k not in present:
                 missing.append((f, k))
     if missing:
-        warnings.warn(
-            "cross-validation: some classes have no training rows in some folds "
-            f"(fold, class code): {missing}; those rank hyperplanes are fitted with an empty "
-            "I_k", UserWarning, stacklevel=2)
+        warn_user("cross-validation: some classes have no training rows in some folds "
+                  f"(fold, class code): {missing}; those rank hyperplanes are fitted with an "
+                  "empty I_k")
     Cs = np.asarray(Cs, dtype=np.float64)
     dtype = X.values.dtype
     train = (folds[None, :] != np.arange(n_f)[:, None]).astype(dtype)

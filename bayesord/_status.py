@@ -8,11 +8,13 @@ result NamedTuple.  The estimator layer reads the code on the host with
 from __future__ import annotations
 
 import enum
+import os
+import sys
 import warnings
 
 from sklearn.exceptions import ConvergenceWarning
 
-__all__ = ["Status", "status_message", "check_status"]
+__all__ = ["Status", "status_message", "check_status", "warn_user"]
 
 
 class Status(enum.IntEnum):
@@ -39,6 +41,18 @@ _MESSAGES = {
 
 # Codes after which the returned model is still usable (a warning, not an error).
 _SOFT = {Status.MAX_ITER, Status.LINESEARCH_FAILED, Status.CAPACITY_REACHED}
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def warn_user(message, category=UserWarning) -> None:
+    """``warnings.warn`` attributed to the first calling line outside the bayesord package
+    (the user's), however deep inside the library the warning arises."""
+    frame, level = sys._getframe(1), 2
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level)
 
 
 def status_message(code) -> str:
@@ -69,6 +83,6 @@ def check_status(code, where: str) -> None:
     worst = max(bad, key=lambda s: (s not in _SOFT, int(s)))
     msg = f"{where}: {status_message(worst)} (status {worst.name})"
     if worst in _SOFT:
-        warnings.warn(msg, ConvergenceWarning, stacklevel=3)
+        warn_user(msg, ConvergenceWarning)
     else:
         raise FloatingPointError(msg)

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import gzip
 import os
-import warnings
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
 from scipy.special import ndtri
+
+from ._status import warn_user
 
 __all__ = [
     "SHARED_DATASETS",
@@ -542,12 +543,8 @@ def _fold_ids(y_or_n, k, seed, stratify: bool) -> np.ndarray:
     else:
         smallest = int(np.bincount(codes).min())
         if smallest < k:
-            warnings.warn(
-                f"the smallest class has {smallest} member(s), fewer than k = {k}: some folds "
-                "have no test row of that class",
-                UserWarning,
-                stacklevel=3,
-            )
+            warn_user(f"the smallest class has {smallest} member(s), fewer than k = {k}: some "
+                      "folds have no test row of that class")
         # Dealing the rows round-robin, class after class, puts n_c / k (+-1) rows of
         # every class and n / k (+-1) rows in total into each fold.
         order = _random_within_class_order(codes, rng)

@@ -41,6 +41,7 @@ import numpy as np
 
 from ._likelihood import LINKS, log_class_probs
 from ._probit import ProbitResult
+from ._status import warn_user
 from ._thresholds import params_from_thresholds, thresholds_from_params, thresholds_jacobian
 
 __all__ = [
@@ -483,8 +484,8 @@ def loo(model_or_idata, X=None, y=None, **kwargs):
     good = float(res.get("good_k", 0.7))
     bad = int(np.sum(k > good))
     if bad:
-        warnings.warn(f"PSIS-LOO: {bad} of {k.size} rows have Pareto k > {good:.2f} (max {k.max():.2f}); "
-                      "their leave-one-out estimates are unreliable", UserWarning, stacklevel=2)
+        warn_user(f"PSIS-LOO: {bad} of {k.size} rows have Pareto k > {good:.2f} (max {k.max():.2f}); "
+                  "their leave-one-out estimates are unreliable")
     return res
 
 
@@ -513,7 +514,7 @@ def compare(models: Mapping[str, Any], X=None, y=None, **kwargs):
             warnings.simplefilter("always")
             elpds[name] = loo(idata)
         for w in caught:
-            warnings.warn(f"{name}: {w.message}", w.category, stacklevel=2)
+            warn_user(f"{name}: {w.message}", w.category)
     return az.compare(elpds, ic="loo")
 
 

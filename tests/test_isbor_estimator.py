@@ -317,11 +317,3 @@ def test_saving_an_unstorable_parameter_warns_on_load(data, tmp_path):
         loaded = ISBOR.load(tmp_path / "m.npz")
     assert loaded.cv == 5
     np.testing.assert_array_equal(loaded.predict_proba(X), m.predict_proba(X))
-
-
-def test_refit_clears_the_previous_fit(data):
-    X, y = data
-    m = small_model().fit(X, y)
-    m.theta_grid_scores_ = np.zeros(3)  # as left by an earlier fit with theta="auto"
-    m.fit(X, y)
-    assert not hasattr(m, "theta_grid_scores_")

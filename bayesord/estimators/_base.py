@@ -7,18 +7,19 @@ Estimators hold no numerics.  Each one validates input here, calls a functional
 
 from __future__ import annotations
 
+import functools
 import json
 import os
-import warnings
 import zipfile
 
 import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
+from .._status import warn_user
 from .._validation import check_sample_weight, check_X, encode_known_labels, encode_labels
 
-__all__ = ["OrdinalEstimator", "SavableMixin", "read_model_file", "reset_fitted"]
+__all__ = ["OrdinalEstimator", "SavableMixin", "fresh_fit", "read_model_file", "reset_fitted"]
 
 
 class OrdinalEstimator(BaseEstimator):
@@ -98,6 +99,23 @@ def reset_fitted(est) -> None:
     """Remove every fitted attribute (trailing underscore) so a failed fit leaves no half state."""
     for name in [k for k in vars(est) if k.endswith("_") and not k.startswith("__")]:
         delattr(est, name)
+
+
+def fresh_fit(fit):
+    """Decorate a ``fit`` method: it starts from an unfitted estimator (nothing of an earlier
+    fit survives, such as ``cv_results_`` after a refit with a fixed C) and, when it raises,
+    leaves the estimator unfitted rather than holding a new ``classes_`` beside an old model."""
+
+    @functools.wraps(fit)
+    def wrapper(self, *args, **kwargs):
+        reset_fitted(self)
+        try:
+            return fit(self, *args, **kwargs)
+        except BaseException:
+            reset_fitted(self)
+            raise
+
+    return wrapper
 
 
 # ---------------------------------------------------------------- persistence
@@ -191,9 +209,8 @@ def read_model_file(path, formats):
     unsaved = meta["unsaved_params"]
     if unsaved:
         listed = ", ".join(f"{k}={v}" for k, v in unsaved.items())
-        warnings.warn(f"{path}: parameters that cannot be saved without pickle keep their defaults "
-                      f"({listed}); they matter only when the model is fitted again", UserWarning,
-                      stacklevel=3)
+        warn_user(f"{path}: parameters that cannot be saved without pickle keep their defaults "
+                  f"({listed}); they matter only when the model is fitted again")
     model = formats[fmt](**params)
     kind = meta["classes_kind"]
     model.classes_ = np.asarray(meta["classes"]).astype(kind if kind in "biuf" else str)

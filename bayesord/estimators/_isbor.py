@@ -18,8 +18,8 @@ from .._basis import KERNELS, kmeanspp_indices
 from .._isbor import Action, ISBORConfig, ISBORResult, fit_isbor, fit_sbor, predict_isbor
 from .._linalg import chol_inverse
 from .._progress import check_verbose, prefix
-from .._status import check_status
-from ._base import OrdinalEstimator, SavableMixin, reset_fitted
+from .._status import check_status, warn_user
+from ._base import OrdinalEstimator, SavableMixin, fresh_fit
 
 __all__ = ["ISBOR", "SBOR"]
 
@@ -120,6 +120,7 @@ class _SparseBayesOrdinal(SavableMixin, OrdinalEstimator):
             learn_noise=self.learn_noise, progress=check_verbose(self.verbose),
         )
 
+    @fresh_fit
     def fit(self, X, y, sample_weight=None, classes=None):
         """Fit the model; ``theta="auto"`` selects the kernel width first (see class doc).
 
@@ -132,7 +133,6 @@ class _SparseBayesOrdinal(SavableMixin, OrdinalEstimator):
                 basis function with its own prior.
             classes: explicit class order (needed for strings).
         """
-        reset_fitted(self)
         X, codes, sw = self._validate_fit(X, y, sample_weight, classes)
         n = X.shape[0]
         n_classes = len(self.classes_)
@@ -152,11 +152,7 @@ class _SparseBayesOrdinal(SavableMixin, OrdinalEstimator):
             theta = float(self.theta)
         config = self._config(n, cand.shape[0], n_classes, Xj.dtype)
         res = self._solver(Xj, yj, swj, cand, key, theta, self.min_delta, config)
-        try:
-            check_status(int(res.status), self._solver_name)
-        except FloatingPointError:
-            reset_fitted(self)
-            raise
+        check_status(int(res.status), self._solver_name)
         self._store(res, config)
         return self
 
@@ -268,7 +264,7 @@ class _SparseBayesOrdinal(SavableMixin, OrdinalEstimator):
                 elpd = float(loo(res, X, y, kernel=config.kernel, degree=config.degree, link=config.link,
                                  draws=_LOO_DRAWS, chains=_LOO_CHAINS, key=draw_key).elpd_loo)
             for w in caught:
-                warnings.warn(f"theta={grid[i]:g}: {w.message}", w.category, stacklevel=4)
+                warn_user(f"theta={grid[i]:g}: {w.message}", w.category)
             scores.append(elpd if np.isfinite(elpd) else -np.inf)
         return np.asarray(scores)
 

@@ -22,7 +22,7 @@ from .._progress import check_verbose, prefix
 from .._sparse import to_padded_rows
 from .._status import check_status
 from .._validation import float_dtype
-from ._base import OrdinalEstimator
+from ._base import OrdinalEstimator, fresh_fit
 
 __all__ = ["NPSVOR"]
 
@@ -148,6 +148,7 @@ class NPSVOR(OrdinalEstimator):
         bias = float(self.intercept_scaling) if self.fit_intercept else None
         return to_padded_rows(X, bias=bias, dtype=float_dtype())
 
+    @fresh_fit
     def fit(self, X, y, sample_weight=None):
         """Fit the p rank hyperplanes.
 

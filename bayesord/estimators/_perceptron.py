@@ -19,7 +19,7 @@ from .. import _perceptron as core
 from .._sparse import as_rows
 from .._status import check_status
 from .._validation import check_sample_weight, float_dtype
-from ._base import OrdinalEstimator, reset_fitted
+from ._base import OrdinalEstimator, fresh_fit
 
 __all__ = ["CuSumRank", "PRank"]
 
@@ -76,6 +76,7 @@ class _StructuredPerceptron(OrdinalEstimator):
 
     # -- fitting ------------------------------------------------------------------------
 
+    @fresh_fit
     def fit(self, X, y, sample_weight=None, classes=None):
         """Train for up to ``max_epochs`` passes over (X, y), starting from zero weights.
 
@@ -91,7 +92,6 @@ class _StructuredPerceptron(OrdinalEstimator):
             self.
         """
         self._check_params()
-        reset_fitted(self)
         self._state = self._result = None
         X, codes, sw = self._validate_fit(X, y, sample_weight, classes,
                                           require_all_classes=classes is None)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 
 import jax
 import numpy as np
@@ -17,9 +16,9 @@ from .._probit import (
     fit_probit,
     predict_probit,
 )
-from .._status import check_status
+from .._status import check_status, warn_user
 from .._validation import float_dtype
-from ._base import OrdinalEstimator, SavableMixin, reset_fitted
+from ._base import OrdinalEstimator, SavableMixin, fresh_fit
 
 __all__ = ["OrdinalProbit"]
 
@@ -116,6 +115,7 @@ class OrdinalProbit(SavableMixin, OrdinalEstimator):
             raise ValueError(f"tol must be a positive number, got {self.tol!r}")
         return float(self.tol)
 
+    @fresh_fit
     def fit(self, X, y, sample_weight=None):
         """Fit the posterior.  Labels may be any ordered values (see ``classes``).
 
@@ -126,29 +126,23 @@ class OrdinalProbit(SavableMixin, OrdinalEstimator):
         Warns:
             ConvergenceWarning: an iteration cap was reached.
         """
-        reset_fitted(self)
         config = self._config()
         X, codes, sw = self._validate_fit(X, y, sample_weight, self.classes)
         alpha = self._alpha(X.shape[1])
         dtype = float_dtype()
         tol = self._tol(dtype)
-        try:
-            res = fit_probit(X.astype(dtype), codes, sw.astype(dtype), alpha.astype(dtype), tol,
-                             config=config, n_classes=len(self.classes_))
-            check_status(res.status, "OrdinalProbit.fit")
-            thr_cov = np.asarray(res.thresholds_cov)
-            if config.thresholds == "evidence":
-                cov, ok = evidence_threshold_cov(res, X.astype(dtype), codes, sw.astype(dtype), tol,
-                                                 config=config, n_classes=len(self.classes_))
-                thr_cov = np.asarray(cov)
-                if not bool(ok):
-                    warnings.warn("the log evidence is not curved in every threshold direction; "
-                                  "threshold standard deviations are unavailable (NaN)",
-                                  RuntimeWarning, stacklevel=2)
-                    thr_cov = np.full_like(thr_cov, np.nan)
-        except Exception:
-            reset_fitted(self)
-            raise
+        res = fit_probit(X.astype(dtype), codes, sw.astype(dtype), alpha.astype(dtype), tol,
+                         config=config, n_classes=len(self.classes_))
+        check_status(res.status, "OrdinalProbit.fit")
+        thr_cov = np.asarray(res.thresholds_cov)
+        if config.thresholds == "evidence":
+            cov, ok = evidence_threshold_cov(res, X.astype(dtype), codes, sw.astype(dtype), tol,
+                                             config=config, n_classes=len(self.classes_))
+            thr_cov = np.asarray(cov)
+            if not bool(ok):
+                warn_user("the log evidence is not curved in every threshold direction; "
+                          "threshold standard deviations are unavailable (NaN)", RuntimeWarning)
+                thr_cov = np.full_like(thr_cov, np.nan)
         self.result_ = jax.tree_util.tree_map(np.asarray, res)
         self.coef_ = np.asarray(res.coef)
         self.coef_cov_ = np.asarray(res.coef_cov)

@@ -22,7 +22,7 @@ from .._rankpairs import (
 )
 from .._status import check_status
 from .._validation import check_sample_weight, float_dtype
-from ._base import OrdinalEstimator
+from ._base import OrdinalEstimator, fresh_fit
 
 __all__ = ["SwappedPairsSVM"]
 
@@ -111,6 +111,7 @@ class SwappedPairsSVM(OrdinalEstimator):
             if not isinstance(v, numbers.Integral) or isinstance(v, bool) or v < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
 
+    @fresh_fit
     def fit(self, X, y, sample_weight=None):
         """Fit the ranking function.
 

@@ -8,7 +8,6 @@ map), calls the functional core and maps codes back to the user's labels.
 from __future__ import annotations
 
 import numbers
-import warnings
 
 import jax
 import jax.numpy as jnp
@@ -27,10 +26,10 @@ from .._redsvm import (
 )
 from .._progress import check_verbose
 from .._sparse import as_rows
-from .._status import check_status
+from .._status import check_status, warn_user
 from .._tor import TORConfig, fit_tor
 from .._validation import check_sample_weight, check_X, encode_labels, float_dtype
-from ._base import OrdinalEstimator
+from ._base import OrdinalEstimator, fresh_fit
 
 __all__ = ["RedSVM", "TransductiveOrdinalRegression"]
 
@@ -157,6 +156,7 @@ class RedSVM(_RedSVMBase):
         self.max_iter = max_iter
         self.random_state = random_state
 
+    @fresh_fit
     def fit(self, X, y, sample_weight=None, classes=None):
         """Fit on labeled data.  ``classes`` gives the label order (needed for strings)."""
         self._check_params()
@@ -249,6 +249,7 @@ class TransductiveOrdinalRegression(_RedSVMBase):
             raise ValueError(f"max_retrains must be a positive integer, got {self.max_retrains!r}")
         check_verbose(self.verbose)
 
+    @fresh_fit
     def fit(self, X, y, X_unlabeled=None, unlabeled_mask=None, classes=None, sample_weight=None):
         """Fit on labeled rows plus unlabeled rows and label the latter.
 
@@ -296,8 +297,8 @@ class TransductiveOrdinalRegression(_RedSVMBase):
         n_lab = X_lab.shape[0]
         n_unl = 0 if X_unl is None else X_unl.shape[0]
         if n_unl == 0:
-            warnings.warn("no unlabeled rows: TransductiveOrdinalRegression reduces to RedSVM "
-                          "(no transduction is done)", UserWarning, stacklevel=2)
+            warn_user("no unlabeled rows: TransductiveOrdinalRegression reduces to RedSVM "
+                      "(no transduction is done)")
         if n_unl and sp.issparse(X_lab) != sp.issparse(X_unl):
             X_lab = sp.csr_matrix(X_lab) if not sp.issparse(X_lab) else X_lab
             X_unl = sp.csr_matrix(X_unl) if not sp.issparse(X_unl) else X_unl
