@@ -6,6 +6,9 @@ from pathlib import Path
 # XLA:CPU's multi-threaded Eigen kernels can deadlock batched (vmap-ed) solver loops with
 # jax 0.10 on small machines; single-threaded Eigen avoids it at little cost on 2 cores.
 os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
+# The command's on-disk compilation cache would, once `main` runs in this process, serve
+# every later test as well; tests/test_cli.py checks it in a subprocess instead.
+os.environ["BAYESORD_COMPILE_CACHE"] = "off"
 
 import jax  # noqa: E402
 import pytest

@@ -1,12 +1,16 @@
 """The bayesord command: demo, fit, predict."""
 
 import io
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
-import pytest
 import pandas as pd
+import pytest
 
-from bayesord.cli import main
+from bayesord.cli import compile_cache_dir, main
 from bayesord.datasets import make_ordinal_probit
 
 
@@ -101,3 +105,33 @@ def test_predict_refuses_a_file_that_is_not_a_model(tmp_path, capsys):
     assert "not a model saved by bayesord" in capsys.readouterr().err
     assert main(["predict", str(tmp_path / "missing.npz"), str(data)]) == 2
     assert "no model file" in capsys.readouterr().err
+
+
+def test_compile_cache_location():
+    home_cache = Path("~/.cache").expanduser() / "bayesord" / "jax"
+    assert compile_cache_dir({}) == home_cache
+    assert compile_cache_dir({"XDG_CACHE_HOME": "/x"}) == Path("/x/bayesord/jax")
+    assert compile_cache_dir({"BAYESORD_COMPILE_CACHE": "/y/c", "XDG_CACHE_HOME": "/x"}) == Path("/y/c")
+    assert compile_cache_dir({"BAYESORD_COMPILE_CACHE": "OFF"}) is None
+
+
+def test_the_command_keeps_compiled_programs_between_runs(tmp_path):
+    """A fit in a fresh process writes the cache; a second one reads it (same output)."""
+    X, y, _ = make_ordinal_probit(80, 2, 3, seed=6)
+    data = tmp_path / "d.csv"
+    pd.DataFrame(X, columns=["a", "b"]).assign(y=y).to_csv(data, index=False)
+    cache = tmp_path / "cache"
+    env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
+    env["BAYESORD_COMPILE_CACHE"] = str(cache)
+    outputs = []
+    for run in range(2):
+        done = subprocess.run([sys.executable, "-m", "bayesord.cli", "fit", str(data), "--out",
+                               str(tmp_path / f"m{run}.npz"), "--quiet"],
+                              env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        outputs.append(done.stdout.replace(f"m{run}.npz", ""))
+        if run == 0:
+            written = {p.name: p.stat().st_mtime_ns for p in cache.iterdir()}
+            assert written
+    assert outputs[0] == outputs[1]
+    assert {p.name: p.stat().st_mtime_ns for p in cache.iterdir()} == written  # read, not rewritten

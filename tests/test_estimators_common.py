@@ -3,7 +3,6 @@ warnings point at the caller's line."""
 
 import warnings
 
-import numpy as np
 import pytest
 from sklearn.exceptions import ConvergenceWarning, NotFittedError
 
