@@ -9,18 +9,17 @@ Models, each with its documented default, hyperparameters chosen on the training
   ``s = sqrt(1 + v)``).
 * ``bayesord ISBOR``: :class:`bayesord.ISBOR` (RBF kernel, other parameters default) with
   the kernel width of the default grid (0.01, 0.1, 1, 10) that has the highest Laplace
-  evidence on the training part: the criterion of ``ISBOR(theta="auto")``, computed as one
-  fit per width (the built-in selection runs the grid as one ``vmap``-ed fit whose loops
-  run in lockstep until the slowest width finishes; separate fits give the same criterion
-  in a fraction of the time here, and the fit at the chosen width is the final model).
+  evidence on the training part: the criterion of ``ISBOR(theta_selection="evidence")``
+  (the default until 2026-11-24), computed as one fit per width (separate fits give the
+  same criterion, and the fit at the chosen width is the final model).
 * ``bayesord ISBOR (LOO)``: the same four fits, the width with the highest PSIS-LOO
   elpd (:func:`bayesord.diagnostics.loo`, 4 x 250 Laplace draws) on the training part.
   This rule was added after the evidence rule's results were seen: narrow widths whose fits
   run to the iteration cap or the 128-vector capacity reach the highest Laplace evidence
   and are over-confident on held-out rows.
 * ``bayesord ISBOR (CV log-loss)``: ``ISBOR(theta_selection="cv", cv_scoring="log_loss")``
-  on the same grid: 5-fold CV of the held-out log probability, the exact counterpart of
-  LOO.  Added after the LOO rule's results were seen: on balance_scale most rows have
+  (the default since 2026-11-24) on the same grid: 5-fold CV of the held-out log
+  probability, the exact counterpart of LOO.  Added after the LOO rule's results were seen: on balance_scale most rows have
   Pareto k > 0.7 at the narrow widths, so PSIS-LOO misjudges them and picks the
   near-linear width.
 * ``statsmodels probit``: ``OrderedModel(distr="probit")`` by maximum likelihood with

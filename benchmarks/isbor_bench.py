@@ -61,7 +61,8 @@ def timed_fit(model, X, y):
 
 
 def select_theta(X, y, grid, seed, selection="evidence", **params):
-    m = ISBOR(theta="auto", theta_grid=grid, theta_selection=selection, random_state=seed, **params).fit(X, y)
+    m = ISBOR(theta="auto", theta_grid=grid, theta_selection=selection, cv_scoring="mae", random_state=seed,
+              **params).fit(X, y)
     return float(m.theta_), dict(zip(map(float, grid), map(float, m.theta_grid_scores_)))
 
 

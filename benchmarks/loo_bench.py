@@ -135,8 +135,8 @@ def select_by_loo(fit, X, y, grid, config, draws, chains):
 def select_by_cv(fit, X, y, grid, config, seed):
     """5-fold CV on MAE: held-out rows get weight 0 (ISBOR never picks their centres).
 
-    The folds run one after another through the same compiled solver.  (Under ``vmap``,
-    as ``ISBOR(theta_selection="cv")`` runs them, the solver's ``lax.switch`` over
+    The folds run one after another through the same compiled solver, as in
+    ``ISBOR(theta_selection="cv")``.  (Under ``vmap``, the solver's ``lax.switch`` over
     active-set tiers becomes a select that runs every tier and the folds iterate in
     lockstep; a first version of this benchmark that did so had not finished the CV of
     one quick dataset after several minutes, so it was not timed further.)"""

@@ -119,7 +119,7 @@ def test_capacity_hit_warns(data):
 @pytest.mark.slow
 def test_theta_auto_by_evidence_and_cv(data):
     X, y = data
-    ev = small_model(theta="auto", theta_grid=(0.1, 1.0, 10.0)).fit(X, y)
+    ev = small_model(theta="auto", theta_grid=(0.1, 1.0, 10.0), theta_selection="evidence").fit(X, y)
     assert ev.theta_ in (0.1, 1.0, 10.0) and ev.theta_grid_scores_.shape == (3,)
     assert ev.theta_ == (0.1, 1.0, 10.0)[int(np.argmax(ev.theta_grid_scores_))]
     # The grid is one sequential call (lax.map); its scores are the evidences of separate fits.
@@ -192,7 +192,7 @@ def test_theta_auto_by_cv_accepts_splitters_and_index_splits(data):
 
     rows = np.random.RandomState(2).permutation(n)
     odd = [(rows[:30], rows[30:50]), (rows[20:60], rows[:25])]  # rows 50..59 of rows: train only
-    est = small_model(theta="auto", theta_grid=grid, theta_selection="cv", cv=odd)
+    est = small_model(theta="auto", theta_grid=grid, theta_selection="cv", cv=odd, cv_scoring="mae")
     _, scores = est._select_theta(*args, np.random.RandomState(0))
     cand = jnp.arange(n, dtype=jnp.int32)
     config = est._config(n, n, 3, Xj.dtype)

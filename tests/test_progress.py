@@ -211,7 +211,8 @@ def test_npsvor_cv_per_value_loop_labels_each_value(capsys):
 def test_isbor_estimator_verbose(capsys):
     X, y = isbor_data()
     X, y = np.asarray(X), np.asarray(y)
-    kw = dict(theta="auto", theta_grid=(0.5, 2.0), capacity=12, max_iter=40, random_state=0)
+    kw = dict(theta="auto", theta_grid=(0.5, 2.0), theta_selection="evidence", capacity=12, max_iter=40,
+              random_state=0)
     quiet = ISBOR(**kw).fit(X, y)
     assert lines(capsys) == []
     loud = ISBOR(verbose=1, **kw).fit(X, y)
