@@ -177,16 +177,14 @@ def _make_model(args, classes):
     wrong = [n for n in _PROBIT_ONLY if n in given]
     if wrong:
         raise ValueError(f"--{wrong[0]} applies to --model probit, not {args.model}")
-    theta = given.get("theta", "auto")
-    if theta != "auto":
+    opts = {k: given[k] for k in ("kernel", "theta", "theta_selection") if k in given}
+    if opts.get("theta", "auto") != "auto":
         try:
-            theta = float(theta)
+            opts["theta"] = float(opts["theta"])
         except ValueError:
-            raise ValueError(f"--theta must be a positive number or 'auto', got {theta!r}") from None
+            raise ValueError(f"--theta must be a positive number or 'auto', got {opts['theta']!r}") from None
     cls = ISBOR if args.model == "isbor" else SBOR
-    return cls(kernel=given.get("kernel", "rbf"), theta=theta,
-               theta_selection=given.get("theta_selection", "evidence"), link=args.link,
-               random_state=given.get("seed", 0), verbose=int(args.progress))
+    return cls(link=args.link, random_state=given.get("seed", 0), verbose=int(args.progress), **opts)
 
 
 def _fit(args) -> int:

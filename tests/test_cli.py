@@ -135,3 +135,13 @@ def test_the_command_keeps_compiled_programs_between_runs(tmp_path):
             assert written
     assert outputs[0] == outputs[1]
     assert {p.name: p.stat().st_mtime_ns for p in cache.iterdir()} == written  # read, not rewritten
+
+
+def test_isbor_from_the_command_has_the_estimators_defaults():
+    from bayesord import ISBOR
+    from bayesord.cli import _make_model, _parser
+
+    args = _parser().parse_args(["fit", "d.csv", "--out", "m.npz", "--model", "isbor", "--quiet"])
+    made = _make_model(args, None).get_params()
+    expected = ISBOR(random_state=0).get_params()
+    assert made == expected
