@@ -307,7 +307,7 @@ def _parser():
     f.add_argument("--theta-selection", choices=["evidence", "loo", "cv"],
                    help="isbor/sbor: how --theta auto chooses: 5-fold CV on the held-out log "
                         "probability (default), the Laplace evidence (the paper's rule, about "
-                        "5x faster), or PSIS-LOO")
+                        "4x faster), or PSIS-LOO")
     f.add_argument("--seed", type=int, help="isbor/sbor: random seed (default: 0)")
     f.add_argument("--link", choices=["probit", "logit"], default="probit",
                    help="latent noise distribution (default: probit)")

@@ -19,7 +19,8 @@ from sklearn.utils.validation import check_is_fitted
 from .._status import warn_user
 from .._validation import check_sample_weight, check_X, encode_known_labels, encode_labels
 
-__all__ = ["OrdinalEstimator", "SavableMixin", "fresh_fit", "read_model_file", "reset_fitted"]
+__all__ = ["OrdinalEstimator", "SavableMixin", "fresh_fit", "posterior_table", "read_model_file",
+           "reset_fitted", "threshold_names"]
 
 
 class OrdinalEstimator(BaseEstimator):
@@ -93,6 +94,25 @@ def _labels_1d(y, n):
     if arr.shape[0] != n:
         raise ValueError(f"X and y have different lengths: {n} rows in X, {arr.shape[0]} labels in y")
     return arr
+
+
+def threshold_names(classes):
+    """Row names of the thresholds in a summary table: ``threshold low|mid``, ..."""
+    cls = [str(c) for c in classes]
+    return [f"threshold {cls[k]}|{cls[k + 1]}" for k in range(len(cls) - 1)]
+
+
+def posterior_table(index, mean, sd, level, **columns):
+    """A summary table: mean, sd and the central ``level`` normal interval, then ``columns``.
+
+    A NaN sd (a point estimate) gives NaN interval ends."""
+    import pandas as pd
+    from scipy.stats import norm
+
+    z = norm.ppf(0.5 + level / 2)
+    lo, hi = f"{100 * (1 - level) / 2:g}%", f"{100 * (1 + level) / 2:g}%"
+    return pd.DataFrame({"mean": mean, "sd": sd, lo: mean - z * sd, hi: mean + z * sd, **columns},
+                        index=index)
 
 
 def reset_fitted(est) -> None:

@@ -19,7 +19,7 @@ from .._isbor import Action, ISBORConfig, ISBORResult, fit_isbor, fit_sbor, pred
 from .._linalg import chol_inverse
 from .._progress import check_verbose, prefix
 from .._status import check_status, warn_user
-from ._base import OrdinalEstimator, SavableMixin, fresh_fit
+from ._base import OrdinalEstimator, SavableMixin, fresh_fit, posterior_table, threshold_names
 
 __all__ = ["ISBOR", "SBOR"]
 
@@ -302,23 +302,13 @@ class _SparseBayesOrdinal(SavableMixin, OrdinalEstimator):
         Returns:
             pandas DataFrame indexed by parameter name.
         """
-        import pandas as pd
-        from scipy.stats import norm
-
         check_is_fitted(self, "result_")
-        z = norm.ppf(0.5 + level / 2)
-        sd = np.sqrt(np.diag(self.coef_cov_))
-        cls = [str(c) for c in self.classes_]
-        thr = [f"threshold {cls[k]}|{cls[k + 1]}" for k in range(len(cls) - 1)]
+        thr = threshold_names(self.classes_)
         nan = np.full(len(thr), np.nan)
-        lo_name, hi_name = f"{100 * (1 - level) / 2:g}%", f"{100 * (1 + level) / 2:g}%"
-        return pd.DataFrame({
-            "mean": np.concatenate([self.coef_, self.thresholds_]),
-            "sd": np.concatenate([sd, nan]),
-            lo_name: np.concatenate([self.coef_ - z * sd, nan]),
-            hi_name: np.concatenate([self.coef_ + z * sd, nan]),
-            "alpha": np.concatenate([self.alpha_, nan]),
-        }, index=[f"rv {i}" for i in self.relevance_indices_] + thr)
+        return posterior_table([f"rv {i}" for i in self.relevance_indices_] + thr,
+                               np.concatenate([self.coef_, self.thresholds_]),
+                               np.concatenate([np.sqrt(np.diag(self.coef_cov_)), nan]), level,
+                               alpha=np.concatenate([self.alpha_, nan]))
 
     def _saved_state(self):
         scores = getattr(self, "theta_grid_scores_", None)

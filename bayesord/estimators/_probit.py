@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-
 import jax
 import numpy as np
-import pandas as pd
-from scipy.stats import norm
 
 from .._probit import (
     ProbitConfig,
@@ -18,9 +15,10 @@ from .._probit import (
 )
 from .._status import check_status, warn_user
 from .._validation import float_dtype
-from ._base import OrdinalEstimator, SavableMixin, fresh_fit
+from ._base import OrdinalEstimator, SavableMixin, fresh_fit, posterior_table, threshold_names
 
 __all__ = ["OrdinalProbit"]
+
 
 class OrdinalProbit(SavableMixin, OrdinalEstimator):
     """Bayesian linear ordinal regression with a Laplace posterior.
@@ -245,19 +243,15 @@ class OrdinalProbit(SavableMixin, OrdinalEstimator):
         from sklearn.utils.validation import check_is_fitted
 
         check_is_fitted(self, "coef_")
-        z = norm.ppf(0.5 + level / 2)
         names = getattr(self, "feature_names_in_", None)
         names = list(names) if names is not None else [f"x{j}" for j in range(len(self.coef_))]
-        cls = [str(c) for c in self.classes_]
-        thr_names = [f"threshold {cls[k]}|{cls[k + 1]}" for k in range(len(cls) - 1)]
+        thr_names = threshold_names(self.classes_)
         mean = np.concatenate([self.coef_, self.thresholds_])
         sd = np.sqrt(np.concatenate([np.diag(self.coef_cov_), np.diag(self.thresholds_cov_)]))
-        lo_name, hi_name = f"{100 * (1 - level) / 2:g}%", f"{100 * (1 + level) / 2:g}%"
         kind = ["posterior"] * len(self.coef_) + (
             ["posterior"] * len(thr_names) if self.thresholds == "joint"
             else ["type-II ML (evidence curvature)"] * len(thr_names))
-        return pd.DataFrame({"mean": mean, "sd": sd, lo_name: mean - z * sd, hi_name: mean + z * sd,
-                             "kind": kind}, index=names + thr_names)
+        return posterior_table(names + thr_names, mean, sd, level, kind=kind)
 
     # ------------------------------------------------------------ persistence
     def _saved_state(self):
