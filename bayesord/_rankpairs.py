@@ -41,7 +41,8 @@ turns ξ ≥ 0 into the equality Σα = C of the dual
 
 That small dual is solved inside ``jit`` by a primal–dual interior point (Mehrotra
 predictor–corrector, Cholesky of capacity × capacity matrices) to a Frank–Wolfe gap
-Σ_k α_k (max_j G_j − G_k) ≤ qp_tol·C (G = δ − Hα); pairwise (SMO) steps were tried first
+Σ_k α_k (max_j G_j − G_k) ≤ qp_tol·C (G = δ − Hα; qp_tol = 10⁻³ε, but at least 100 machine
+epsilons, which in float32 is 1.2·10⁻⁵); pairwise (SMO) steps were tried first
 and crawl on the nearly collinear constraints that cutting planes accumulate.  When the buffer is full, the oldest
 constraint with α = 0 is recycled (dropping an inactive constraint leaves the QP optimum
 unchanged); if every slot is active the run ends with ``Status.CAPACITY_REACHED``.
@@ -388,7 +389,8 @@ def solve_simplex_qp(H, delta, mask, C, tol, max_iter: int = 80):
         return (~done) & (it < max_iter)
 
     def body(state):
-        alpha, nu, z, it, _ = state
+        alpha0, nu0, z0, it, _ = state
+        alpha, nu, z = alpha0, nu0, z0
         rd, rp = residuals(alpha, nu, z)
         mu = (mf @ (alpha * z)) / m
         # predictor (σ = 0)
@@ -407,9 +409,14 @@ def solve_simplex_qp(H, delta, mask, C, tol, max_iter: int = 80):
         z = jnp.where(mask, z + a * dz, 1)
         nu = nu + a * dnu
         rd, rp = residuals(alpha, nu, z)
-        done = ((mf @ (alpha * z) <= 0.1 * tol * C) & (jnp.max(jnp.abs(rd)) <= 0.1 * tol)
-                & (jnp.abs(rp) <= 1e-9 * C * scale))
-        return alpha, nu, z, it + 1, done
+        done = (((mf @ (alpha * z) <= 0.1 * tol * C) & (jnp.max(jnp.abs(rd)) <= 0.1 * tol)
+                 & (jnp.abs(rp) <= 1e-9 * C * scale)) | (fw_gap(alpha * mf) <= 0.01 * tol))
+        # In float32 the residual tests can lie below rounding, hence the second test on the
+        # gap; past it the Cholesky of H + diag(z/alpha) breaks down.  Keep the last finite
+        # iterate.
+        finite = jnp.isfinite(nu) & jnp.all(jnp.isfinite(alpha)) & jnp.all(jnp.isfinite(z))
+        alpha, nu, z = (jnp.where(finite, new, old) for new, old in ((alpha, alpha0), (nu, nu0), (z, z0)))
+        return alpha, nu, z, it + 1, done | ~finite
 
     alpha0 = jnp.where(mask, C / m, 1)
     g0 = dm - Hm @ (alpha0 * mf)
@@ -474,7 +481,7 @@ def _cutting_plane(oracle, ops, n, C, eps, config, dtype):
     M = config.capacity
     C = jnp.asarray(C, dtype)
     eps = jnp.asarray(eps, dtype)
-    qp_tol = 1e-3 * eps
+    qp_tol = jnp.maximum(1e-3 * eps, 100 * jnp.finfo(dtype).eps)  # float32 resolves no finer
     slots = jnp.arange(M)
     int0 = jnp.asarray(0, jnp.int32)
 

@@ -182,6 +182,28 @@ def test_linear_fit_matches_pairwise_reference():
     assert res.qp_gap <= 1e-3 * eps
 
 
+@pytest.mark.parametrize("C", [1.0, 100.0])
+def test_float32_fit_keeps_algorithm1_guarantee(C):
+    """In float32 the working-set QP used to run past what float32 resolves: at C = 100 the
+    interior point's Cholesky broke down and every fit of this problem ended NONFINITE."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 3))
+    codes = np.digitize(X @ [1.0, -1.0, 0.5] + 0.3 * rng.normal(size=60), [-1, 0, 1])
+    eps = 1e-3
+    res = fit_rankpairs_linear(jnp.asarray(X, jnp.float32), jnp.asarray(codes), jnp.ones(60, jnp.float32),
+                               C, eps, CFG)
+    assert res.coef.dtype == jnp.float32
+    assert res.status == Status.SUCCESS
+    P = pair_list(codes)
+    Z = 2 * (X[P[:, 0]] - X[P[:, 1]])
+
+    def primal(w):
+        return 0.5 * w @ w + C * np.mean(np.maximum(0, 1 - Z @ w))
+
+    w_ref = Z.T @ pairwise_reference(Z @ Z.T, C, np.full(len(P), 1 / len(P)))
+    assert primal(np.asarray(res.coef, np.float64)) <= primal(w_ref) + C * eps * (1 + 1e-3)
+
+
 def test_kernel_fit_matches_pairwise_reference():
     rng = np.random.default_rng(7)
     n, r = 25, 3
