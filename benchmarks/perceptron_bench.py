@@ -25,6 +25,7 @@ Usage:
     python benchmarks/perceptron_bench.py --quick   # under 2 minutes on an idle machine
     python benchmarks/perceptron_bench.py           # full protocol, n = 10^6 throughput
     python benchmarks/perceptron_bench.py --skip-throughput --models probit   # add a column
+    python benchmarks/perceptron_bench.py --draws 50 --models cusum_linear    # partition spread
 
 The probit column is slow here: every new (n, d, K) shape compiles OrdinalProbit's
 evidence solver anew (over a minute each on the shared 2-core machine).
@@ -42,7 +43,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
-from _common import rescale
+from _common import print_table, rescale
 from sklearn.exceptions import ConvergenceWarning
 
 from bayesord import OrdinalProbit
@@ -144,6 +145,25 @@ def select(kind, X, y, k, quick, seed, repeats=3):
 ALL_KINDS = ("cusum_linear", "cusum_rbf", "prank", "probit")
 
 
+def protocol_errors(kind, X, y, k, parts, quick):
+    """Select ``kind``'s parameters on the training part of ``parts[0]``, then fit and test
+    on every partition.  Returns (test MAE per partition, the selected parameters)."""
+    tr0 = parts[0][0]
+    p = select(kind, X[tr0], y[tr0], k, quick, seed=0)
+    errs = []
+    for i, (tr, te) in enumerate(parts):
+        Xtr, Xte = rescale(X[tr], X[te], p.get("scale", "standard"))
+        pred = fit_predict(kind, p, i, Xtr, y[tr], Xte, k)
+        errs.append(float(np.mean(np.abs(pred - y[te]))))
+    return errs, p
+
+
+def protocol_partitions(n, n_train, k, n_parts, draw=0):
+    """The ``n_parts`` random partitions of one protocol run.  Draw 0 is the benchmark's
+    own; draws 1, 2, ... are independent replicates of the whole run."""
+    return [random_split(n, n_train, seed=10**6 * draw + 1000 * k + i) for i in range(n_parts)]
+
+
 def run_protocol(quick, n_parts, kinds, previous, save):
     """Run the protocol for ``kinds``; rows of ``previous`` (same dataset and bins) keep other models.
 
@@ -159,19 +179,13 @@ def run_protocol(quick, n_parts, kinds, previous, save):
         X, t = ds.X, ds.y
         for k, paper in ((5, paper5), (10, paper10)):
             y = equal_width_bins(t, k)
-            parts = [random_split(len(y), n_train, seed=1000 * k + i) for i in range(n_parts)]
+            parts = protocol_partitions(len(y), n_train, k, n_parts)
             row = dict(old.get((paper_name, k), {}))
             row.update({"dataset": paper_name, "bins": k, "n": len(y), "n_train": n_train,
                         "paper_cusum": paper, "n_partitions": n_parts})
             t0 = time.perf_counter()
             for kind in kinds:
-                tr0 = parts[0][0]
-                p = select(kind, X[tr0], y[tr0], k, quick, seed=0)
-                errs = []
-                for i, (tr, te) in enumerate(parts):
-                    Xtr, Xte = rescale(X[tr], X[te], p.get("scale", "standard"))
-                    pred = fit_predict(kind, p, i, Xtr, y[tr], Xte, k)
-                    errs.append(float(np.mean(np.abs(pred - y[te]))))
+                errs, p = protocol_errors(kind, X, y, k, parts, quick)
                 row[kind] = (float(np.mean(errs)), float(np.std(errs, ddof=1)) if len(errs) > 1 else 0.0)
                 row[kind + "_params"] = p
             row["seconds_" + "+".join(kinds)] = time.perf_counter() - t0
@@ -186,6 +200,47 @@ def run_protocol(quick, n_parts, kinds, previous, save):
             verdict = {True: "ok", False: "MISS", None: ""}[row.get("within_10pct")]
             print(f"{paper_name:12s} {k:3d} bins  {cells}  paper {paper:.3f}  {verdict}  "
                   f"({time.perf_counter() - t0:.0f}s)", flush=True)
+    return rows
+
+
+def run_draws(names, bins, n_draws, kinds, quick):
+    """Replicate the whole protocol (selection included) on ``n_draws`` independent sets of
+    20 partitions, to show how much the 20-partition mean moves with the draw alone.
+
+    Draw 0 is the benchmark's own set; the draws are not used to choose anything.  The
+    baseline is the test MAE of always predicting the training part's median rank (the
+    upper one when two tie).
+    """
+    rows = []
+    for paper_name, file, n_train, paper5, paper10 in DATASETS:
+        if paper_name not in names:
+            continue
+        ds = load_shared(file)
+        for k in bins:
+            paper = paper5 if k == 5 else paper10
+            y = equal_width_bins(ds.y, k)
+            draws = [protocol_partitions(len(y), n_train, k, 20, draw) for draw in range(n_draws)]
+            baseline = np.asarray([np.mean([np.mean(np.abs(np.sort(y[tr])[len(tr) // 2] - y[te])) for tr, te in parts])
+                                   for parts in draws])
+            for kind in kinds:
+                t0 = time.perf_counter()
+                means = []
+                for parts in draws:
+                    errs, _ = protocol_errors(kind, ds.X, y, k, parts, quick)
+                    means.append(float(np.mean(errs)))
+                means = np.asarray(means)
+                rows.append({"dataset": paper_name, "bins": k, "model": kind, "draws": n_draws,
+                             "draw0": float(means[0]), "mean": float(means.mean()),
+                             "sd": float(means.std(ddof=1)), "min": float(means.min()),
+                             "max": float(means.max()), "target": 1.1 * paper,
+                             "met": int(np.sum(means <= 1.1 * paper)),
+                             "baseline_draw0": float(baseline[0]), "baseline_mean": float(baseline.mean()),
+                             "below_baseline": int(np.sum(means < baseline)),
+                             "seconds": time.perf_counter() - t0, "means": means.tolist(),
+                             "baseline_means": baseline.tolist()})
+                print_table(rows[-1:], ["dataset", "bins", "model", "draws", "draw0", "mean", "sd", "min", "max",
+                                        "target", "met", "baseline_draw0", "baseline_mean", "below_baseline",
+                                        "seconds"])
     return rows
 
 
@@ -297,12 +352,35 @@ def main():
                          "--quick: the perceptrons).  Other models' numbers already in the JSON are kept.")
     ap.add_argument("--skip-protocol", action="store_true")
     ap.add_argument("--skip-throughput", action="store_true")
+    ap.add_argument("--draws", type=int, default=0,
+                    help="instead of the benchmark: replicate the protocol on this many independent "
+                         "sets of 20 partitions (draw 0 is the benchmark's own) for --datasets and "
+                         "--bins, and report the spread of the 20-partition mean; writes "
+                         "perceptron_draws.json")
+    ap.add_argument("--datasets", default="diabetes",
+                    help="comma-separated paper names for --draws (default: diabetes)")
+    ap.add_argument("--bins", default="10", help="comma-separated bin counts for --draws (default: 10)")
     args = ap.parse_args()
     kinds = tuple(args.models.split(",")) if args.models else (ALL_KINDS[:3] if args.quick else ALL_KINDS)
     unknown = set(kinds) - set(ALL_KINDS)
     if unknown:
         ap.error(f"unknown models {sorted(unknown)}; choose from {ALL_KINDS}")
     jax.config.update("jax_enable_x64", True)
+    if args.draws:
+        names = args.datasets.split(",")
+        unknown = set(names) - {d[0] for d in DATASETS}
+        if unknown:
+            ap.error(f"unknown datasets {sorted(unknown)}; choose from {[d[0] for d in DATASETS]}")
+        bins = [int(b) for b in args.bins.split(",")]
+        if set(bins) - {5, 10}:
+            ap.error("--bins takes 5 and/or 10 (the paper's two tables)")
+        rows = run_draws(names, bins, args.draws, kinds, args.quick)
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        path = RESULTS / "perceptron_draws.json"
+        path.write_text(json.dumps({"machine": "2 shared CPU cores; timings noisy", "jax": jax.__version__,
+                                    "rows": rows}, indent=1))
+        print(f"wrote {path}")
+        return
     path = RESULTS / ("perceptron_quick.json" if args.quick else "perceptron.json")
     out = json.loads(path.read_text()) if path.exists() else {}
     out.update({"quick": args.quick, "machine": "2 shared CPU cores; timings noisy",
