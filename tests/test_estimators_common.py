@@ -19,6 +19,7 @@ from bayesord import (
     RedSVM,
     SwappedPairsSVM,
     TransductiveOrdinalRegression,
+    load_model,
 )
 from bayesord.datasets import make_ordinal_probit
 
@@ -88,3 +89,66 @@ def test_float32_fit_is_as_good_as_float64(est):
         with jax.enable_x64(False):
             mae32 = np.mean(np.abs(clone(est).fit(X, y).predict(X) - y))
     assert abs(mae32 - mae64) <= (0.15 if isinstance(est, (CuSumRank, PRank)) else 0.05)
+
+
+# (estimator, fit keyword arguments): every estimator, kernels and CV included.
+SAVE_CASES = [
+    (NPSVOR(random_state=0), {}),
+    (NPSVOR(Cs=(0.1, 1.0), cv=2, random_state=0), {}),
+    (CuSumRank(random_state=0), {}),
+    (CuSumRank(kernel="rbf", random_state=0), {}),
+    (PRank(random_state=0), {}),
+    (SwappedPairsSVM(), {}),
+    (SwappedPairsSVM(kernel="rbf", gamma=0.5), {}),
+    (RedSVM(), {}),
+    (RedSVM(kernel="perceptron", n_components=20, random_state=0), {}),
+    (TransductiveOrdinalRegression(), {"X_unlabeled": X0[:20] + 0.1}),
+]
+
+
+@pytest.mark.parametrize("est, kw", SAVE_CASES, ids=[f"{type(e).__name__}-{i}" for i, (e, _) in enumerate(SAVE_CASES)])
+def test_save_and_load_model_restore_the_fit_exactly(est, kw, tmp_path):
+    labels, order = np.array(["low", "mid", "high"])[Y0 - 1], ["low", "mid", "high"]
+    est = clone(est)
+    if "classes" in est.get_params():
+        est.set_params(classes=order)
+    else:
+        kw = dict(kw, classes=order)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est.fit(X0, labels, **kw)
+    path = tmp_path / "model.npz"
+    est.save(path)
+    back = load_model(path)
+    assert type(back) is type(est) and back.get_params() == est.get_params()
+    assert list(back.classes_) == ["low", "mid", "high"]
+    np.testing.assert_array_equal(back.predict(X0), est.predict(X0))
+    np.testing.assert_array_equal(back.decision_function(X0), est.decision_function(X0))
+    arrays, meta = est._saved_state()
+    arrays_back, meta_back = back._saved_state()
+    assert meta_back == meta and arrays_back.keys() == arrays.keys()
+    for k in arrays:
+        np.testing.assert_array_equal(arrays_back[k], arrays[k])
+        assert arrays_back[k].dtype == arrays[k].dtype
+    assert type(est).load(path).get_params() == est.get_params()
+
+
+def test_a_loaded_perceptron_goes_on_learning_from_the_stream(tmp_path):
+    first, second = slice(0, 30), slice(30, 60)
+    live = CuSumRank(random_state=0).partial_fit(X0[first], Y0[first], classes=[1, 2, 3])
+    live.save(tmp_path / "stream.npz")
+    back = load_model(tmp_path / "stream.npz")
+    live.partial_fit(X0[second], Y0[second])
+    back.partial_fit(X0[second], Y0[second])
+    np.testing.assert_array_equal(back.decision_function(X0), live.decision_function(X0))
+    assert back.n_steps_ == live.n_steps_ == 60
+
+
+def test_a_model_file_is_read_only_by_its_class_and_never_by_pickle(tmp_path):
+    est = RedSVM().fit(X0, Y0)
+    est.save(tmp_path / "m.npz")
+    with pytest.raises(ValueError, match="bayesord.RedSVM/1"):
+        CuSumRank.load(tmp_path / "m.npz")
+    est.extra_ = object()
+    with pytest.raises(TypeError, match="extra_"):
+        est.save(tmp_path / "other.npz")

@@ -23,11 +23,14 @@ __all__ = [
 
 
 def load_model(path):
-    """Load a model saved by ``save`` of :class:`OrdinalProbit`, :class:`ISBOR` or :class:`SBOR`.
+    """Load a model written by the ``save`` method of any bayesord estimator.
 
     The file says which class it holds; the model comes back fitted, bit for bit.
 
     Raises:
-        ValueError: ``path`` is not a model file written by one of these classes.
+        FileNotFoundError: there is no file at ``path``.
+        ValueError: ``path`` is not a model file written by a bayesord estimator.
     """
-    return read_model_file(path, {cls._format: cls for cls in (OrdinalProbit, ISBOR, SBOR)})
+    classes = (OrdinalProbit, ISBOR, SBOR, NPSVOR, CuSumRank, PRank, SwappedPairsSVM, RedSVM,
+               TransductiveOrdinalRegression)
+    return read_model_file(path, {cls._format: cls for cls in classes})

@@ -19,8 +19,8 @@ from sklearn.utils.validation import check_is_fitted
 from .._status import warn_user
 from .._validation import check_sample_weight, check_X, encode_known_labels, encode_labels
 
-__all__ = ["OrdinalEstimator", "SavableMixin", "fresh_fit", "posterior_table", "read_model_file",
-           "reset_fitted", "threshold_names"]
+__all__ = ["OrdinalEstimator", "SavableMixin", "SnapshotSavableMixin", "fresh_fit", "posterior_table",
+           "read_model_file", "reset_fitted", "threshold_names"]
 
 
 class OrdinalEstimator(BaseEstimator):
@@ -165,7 +165,7 @@ class SavableMixin:
         cannot hold (a CV splitter, a ``RandomState``) are recorded by their ``repr`` and
         fall back to their defaults on loading, with a warning.
         """
-        check_is_fitted(self, "result_")
+        check_is_fitted(self)
         arrays, meta = self._saved_state()
         _write_model_file(self, path, arrays, meta)
 
@@ -173,6 +173,79 @@ class SavableMixin:
     def load(cls, path):
         """Load a model written by :meth:`save`."""
         return read_model_file(path, {cls._format: cls})
+
+
+class SnapshotSavableMixin(SavableMixin):
+    """``save``/``load`` that store every fitted attribute as it is.
+
+    For estimators whose fitted state is plain: arrays (NumPy or JAX; they load as NumPy),
+    numbers, strings, None, and dicts, lists and tuples of them, plus the NamedTuple types
+    listed in ``_state_types``.  Anything else is a ``TypeError`` at saving time, so a new
+    attribute of an unsupported kind cannot be dropped silently.
+    """
+
+    _state_types = ()
+
+    def _saved_state(self):
+        arrays = {}
+        state = {name: _encode_state(value, f"state.{name}", arrays, self._state_types)
+                 for name, value in vars(self).items()
+                 if name.endswith("_") and not name.startswith("__") and name not in _FILE_ATTRIBUTES}
+        return arrays, {"state": state}
+
+    def _restore(self, arrays, meta):
+        types = {t.__name__: t for t in self._state_types}
+        for name, value in meta["state"].items():
+            setattr(self, name, _decode_state(value, arrays, types))
+
+
+# Written by _write_model_file itself.
+_FILE_ATTRIBUTES = ("classes_", "n_features_in_", "feature_names_in_")
+
+
+def _encode_state(value, key, arrays, types):
+    """JSON-ready description of ``value``; its arrays go into ``arrays`` under ``key...``."""
+    import jax
+
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return {"json": value}
+    if isinstance(value, (np.ndarray, np.generic, jax.Array)):
+        arr = np.asarray(value)
+        if arr.dtype == object:
+            items = arr.tolist()
+            if not all(isinstance(v, (bool, int, float, str)) for v in arr.ravel().tolist()):
+                raise TypeError(f"{key}: an object array of non-scalar values cannot be saved without pickle")
+            return {"objects": items}
+        arrays[key] = arr
+        return {"array": key}
+    if isinstance(value, tuple) and hasattr(type(value), "_fields"):
+        if type(value) not in types:
+            raise TypeError(f"{key}: {type(value).__name__} is not among the saved state types")
+        return {"namedtuple": {"type": type(value).__name__,
+                               "fields": {f: _encode_state(getattr(value, f), f"{key}.{f}", arrays, types)
+                                          for f in value._fields}}}
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return {"dict": {k: _encode_state(v, f"{key}.{k}", arrays, types) for k, v in value.items()}}
+    if isinstance(value, (list, tuple)):
+        return {"tuple" if isinstance(value, tuple) else "list":
+                [_encode_state(v, f"{key}.{i}", arrays, types) for i, v in enumerate(value)]}
+    raise TypeError(f"{key}: a {type(value).__name__} cannot be saved without pickle")
+
+
+def _decode_state(desc, arrays, types):
+    (kind, value), = desc.items()
+    if kind == "json":
+        return value
+    if kind == "array":
+        return arrays[value]
+    if kind == "objects":
+        return np.asarray(value, dtype=object)
+    if kind == "namedtuple":
+        return types[value["type"]](**{f: _decode_state(v, arrays, types) for f, v in value["fields"].items()})
+    if kind == "dict":
+        return {k: _decode_state(v, arrays, types) for k, v in value.items()}
+    items = [_decode_state(v, arrays, types) for v in value]
+    return tuple(items) if kind == "tuple" else items
 
 
 def _write_model_file(est, path, arrays, meta):

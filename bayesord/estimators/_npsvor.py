@@ -22,7 +22,7 @@ from .._progress import check_verbose, prefix
 from .._sparse import to_padded_rows
 from .._status import check_status
 from .._validation import float_dtype
-from ._base import OrdinalEstimator, fresh_fit
+from ._base import OrdinalEstimator, SnapshotSavableMixin, fresh_fit
 
 __all__ = ["NPSVOR"]
 
@@ -35,7 +35,7 @@ def _positive(name, value):
     return float(value)
 
 
-class NPSVOR(OrdinalEstimator):
+class NPSVOR(SnapshotSavableMixin, OrdinalEstimator):
     """Linear nonparallel support vector ordinal regression (Shi, Wang, Shen, Niu).
 
     One hyperplane per rank k: close to the rows of rank k (epsilon-insensitive loss,
@@ -90,6 +90,8 @@ class NPSVOR(OrdinalEstimator):
         >>> model.predict(X[:3]).shape
         (3,)
     """
+
+    _format = "bayesord.NPSVOR/1"
 
     _accept_sparse = True
 
@@ -193,7 +195,7 @@ class NPSVOR(OrdinalEstimator):
             self.intercept_ = W[:, -1] * float(self.intercept_scaling)
         else:
             self.coef_ = W
-        self._W = W
+        self._W_ = W
         self.C_ = C1 if C1 == C2 else (C1, C2)
         self.dual_coef_ = np.asarray(res.alpha)
         self.n_iter_ = np.asarray(res.n_iter)
@@ -211,7 +213,7 @@ class NPSVOR(OrdinalEstimator):
         """
         check_is_fitted(self, "coef_")
         X = self._validate_predict(X)
-        return np.asarray(decision_values(self._W, self._ell(X)))
+        return np.asarray(decision_values(self._W_, self._ell(X)))
 
     def predict(self, X, predictor=None):
         """Predicted labels by r_new (Eq. 36) or r_old (Eq. 5); default ``self.predictor``."""

@@ -19,12 +19,12 @@ from .. import _perceptron as core
 from .._sparse import as_rows
 from .._status import check_status
 from .._validation import check_sample_weight, float_dtype
-from ._base import OrdinalEstimator, fresh_fit
+from ._base import OrdinalEstimator, SnapshotSavableMixin, fresh_fit
 
 __all__ = ["CuSumRank", "PRank"]
 
 
-class _StructuredPerceptron(OrdinalEstimator):
+class _StructuredPerceptron(SnapshotSavableMixin, OrdinalEstimator):
     """Shared fit / partial_fit / predict plumbing; subclasses fix the model variant."""
 
     _accept_sparse = True
@@ -92,7 +92,6 @@ class _StructuredPerceptron(OrdinalEstimator):
             self.
         """
         self._check_params()
-        self._state = self._result = None
         X, codes, sw = self._validate_fit(X, y, sample_weight, classes,
                                           require_all_classes=classes is None)
         if sp.issparse(X) and self._kernel() != "linear":
@@ -106,11 +105,11 @@ class _StructuredPerceptron(OrdinalEstimator):
             state = core.init_state(cfg, X.shape[1], dtype)
             res = core.fit_perceptron(rows, codes, cfg, sample_weight=sw, key=key, hyper=hyper,
                                       state=state)
-            self._state = res.state
+            self._state_ = res.state
         else:
             res = core.fit_kernel_perceptron(np.asarray(X, dtype), codes, cfg, sample_weight=sw,
                                              key=key, hyper=hyper)
-            self._state = None
+            self._state_ = None
         self._store(res, hyper)
         check_status(res.status, type(self).__name__)
         return self
@@ -137,7 +136,7 @@ class _StructuredPerceptron(OrdinalEstimator):
             raise ValueError("partial_fit needs the linear (primal) model; the kernel model's "
                              "expansion grows with the data: use fit")
         dtype = float_dtype()
-        first = not hasattr(self, "_state") or self._state is None
+        first = not hasattr(self, "_state_") or self._state_ is None
         if first:
             if classes is None:
                 raise ValueError("the first call to partial_fit needs classes=[...] listing every "
@@ -153,18 +152,18 @@ class _StructuredPerceptron(OrdinalEstimator):
             X = self._validate_predict(X)
             codes = self._encode_y(y, X.shape[0])
             sw = check_sample_weight(sample_weight, X.shape[0])
-            state = self._state
+            state = self._state_
         cfg = self._config(len(self.classes_), n_epochs=1, shuffle=False, stop=False)
         hyper = self._hyper(dtype, X.shape[1])
         res = core.fit_perceptron(as_rows(X, dtype), codes, cfg, sample_weight=sw,
                                   key=jax.random.PRNGKey(0), hyper=hyper, state=state)
-        self._state = res.state
+        self._state_ = res.state
         self._store(res, hyper)
         check_status(res.status, type(self).__name__)
         return self
 
     def _store(self, res, hyper):
-        self._result = res
+        self._result_ = res
         self._hyper_ = hyper
         self.n_iter_ = int(res.n_iter)
         self.converged_ = bool(res.converged)
@@ -184,11 +183,11 @@ class _StructuredPerceptron(OrdinalEstimator):
         check_is_fitted(self, "n_iter_")
         X = self._validate_predict(X)
         dtype = float_dtype()
-        if isinstance(self._result, core.KernelPerceptronResult):
-            scores = core.kernel_decision_function(self._result, np.asarray(X, dtype), self._hyper_,
+        if isinstance(self._result_, core.KernelPerceptronResult):
+            scores = core.kernel_decision_function(self._result_, np.asarray(X, dtype), self._hyper_,
                                                    self._kernel())
         else:
-            scores = core.decision_function(self._result, as_rows(X, dtype))
+            scores = core.decision_function(self._result_, as_rows(X, dtype))
         return np.asarray(scores)
 
     def predict(self, X):
@@ -248,6 +247,10 @@ class CuSumRank(_StructuredPerceptron):
         >>> CuSumRank(max_epochs=50, shuffle=False, averaged=False).fit(X, [1, 2, 2, 3]).predict(X)
         array([1, 2, 2, 3])
     """
+
+    _format = "bayesord.CuSumRank/1"
+    _state_types = (core.PerceptronHyper, core.PerceptronState, core.PerceptronResult,
+                    core.KernelPerceptronState, core.KernelPerceptronResult)
 
     def __init__(self, algorithm="perceptron", averaged=True, margin=0.0, delta=1.0,
                  kernel="linear", gamma=None, degree=3, coef0=1.0, fit_intercept=True,
@@ -338,6 +341,9 @@ class PRank(_StructuredPerceptron):
         array(['lo', 'mid', 'mid', 'hi'], dtype='<U3')
     """
 
+    _format = "bayesord.PRank/1"
+    _state_types = (core.PerceptronHyper, core.PerceptronState, core.PerceptronResult,
+                    core.KernelPerceptronState, core.KernelPerceptronResult)
     _model = "prank"
 
     def __init__(self, averaged=False, margin=0.0, max_epochs=10, shuffle=True,

@@ -13,6 +13,7 @@ from sklearn.utils import check_random_state
 
 from .._rankpairs import (
     RankPairsConfig,
+    RankPairsResult,
     decision_rankpairs,
     fit_rankpairs_kernel,
     fit_rankpairs_linear,
@@ -22,12 +23,12 @@ from .._rankpairs import (
 )
 from .._status import check_status
 from .._validation import check_sample_weight, float_dtype
-from ._base import OrdinalEstimator, fresh_fit
+from ._base import OrdinalEstimator, SnapshotSavableMixin, fresh_fit
 
 __all__ = ["SwappedPairsSVM"]
 
 
-class SwappedPairsSVM(OrdinalEstimator):
+class SwappedPairsSVM(SnapshotSavableMixin, OrdinalEstimator):
     """Ranking SVM that minimises the share of swapped pairs (SVM-multi with Δ_SP).
 
     Learns a score f(x) whose order agrees with the order of the labels, by the 1-slack
@@ -74,6 +75,9 @@ class SwappedPairsSVM(OrdinalEstimator):
         >>> model.score(X, y) > 0.8
         True
     """
+
+    _format = "bayesord.SwappedPairsSVM/1"
+    _state_types = (RankPairsResult,)
 
     _accept_sparse = True
 

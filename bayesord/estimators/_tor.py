@@ -17,6 +17,7 @@ import scipy.sparse as sp
 from .._redsvm import (
     KERNELS,
     LOSSES,
+    KernelMap,
     RedSVMConfig,
     decision_scores,
     fit_kernel_map,
@@ -29,7 +30,7 @@ from .._sparse import as_rows
 from .._status import check_status, warn_user
 from .._tor import TORConfig, fit_tor
 from .._validation import check_sample_weight, check_X, encode_labels, float_dtype
-from ._base import OrdinalEstimator, fresh_fit
+from ._base import OrdinalEstimator, SnapshotSavableMixin, fresh_fit
 
 __all__ = ["RedSVM", "TransductiveOrdinalRegression"]
 
@@ -39,7 +40,7 @@ def _check_positive(value, name):
         raise ValueError(f"{name} must be a positive finite number, got {value!r}")
 
 
-class _RedSVMBase(OrdinalEstimator):
+class _RedSVMBase(SnapshotSavableMixin, OrdinalEstimator):
     _accept_sparse = True
 
     def _check_params(self):
@@ -144,6 +145,9 @@ class RedSVM(_RedSVMBase):
         kernel_map_: the Nystrom feature map (kernels only).
     """
 
+    _format = "bayesord.RedSVM/1"
+    _state_types = (KernelMap,)
+
     def __init__(self, C=1.0, loss="hinge", kernel="linear", gamma=None, n_components=None,
                  fit_intercept=True, tol=1e-6, max_iter=1000, random_state=None):
         self.C = C
@@ -215,6 +219,9 @@ class TransductiveOrdinalRegression(_RedSVMBase):
         converged_: whether every stage ended with no admissible swap and every solve
             converged.
     """
+
+    _format = "bayesord.TransductiveOrdinalRegression/1"
+    _state_types = (KernelMap,)
 
     def __init__(self, C=1.0, loss="hinge", kernel="linear", gamma=None, n_components=None,
                  fit_intercept=True, tol=1e-6, max_iter=1000, c2_init=1e-5, c2_growth=2.0,
