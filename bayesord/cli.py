@@ -230,6 +230,9 @@ def _predict(args) -> int:
         if missing:
             raise ValueError(f"{args.data} lacks feature columns {missing}")
         frame = frame[list(names)]
+    if (args.proba or args.uncertainty) and not hasattr(model, "predict_proba"):
+        raise ValueError(f"{args.model} holds a {type(model).__name__}, which gives labels and scores, not "
+                         "probabilities; drop --proba/--uncertainty")
     out = pd.DataFrame({"prediction": model.predict(frame)})
     if args.proba or args.uncertainty:
         proba = model.predict_proba(frame)

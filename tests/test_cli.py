@@ -107,6 +107,22 @@ def test_predict_refuses_a_file_that_is_not_a_model(tmp_path, capsys):
     assert "no model file" in capsys.readouterr().err
 
 
+def test_predict_reads_a_model_saved_in_python(tmp_path, capsys):
+    from bayesord import CuSumRank
+
+    X, y, _ = make_ordinal_probit(60, 2, 3, seed=6)
+    frame = pd.DataFrame(X, columns=["a", "b"])
+    data = tmp_path / "d.csv"
+    frame.to_csv(data, index=False)
+    model = CuSumRank(random_state=0).fit(frame, y)
+    model.save(tmp_path / "cusum.npz")
+    preds = tmp_path / "p.csv"
+    assert main(["predict", str(tmp_path / "cusum.npz"), str(data), "--out", str(preds)]) == 0
+    np.testing.assert_array_equal(pd.read_csv(preds)["prediction"], model.predict(frame))
+    assert main(["predict", str(tmp_path / "cusum.npz"), str(data), "--proba"]) == 2
+    assert "CuSumRank, which gives labels and scores, not probabilities" in capsys.readouterr().err
+
+
 def test_compile_cache_location():
     home_cache = Path("~/.cache").expanduser() / "bayesord" / "jax"
     assert compile_cache_dir({}) == home_cache
