@@ -128,7 +128,8 @@ class RedSVM(_RedSVMBase):
         n_components: number of Nystrom landmarks for kernels (None: every training row,
             exact; memory O(n^2)).
         fit_intercept: include the unregularised intercept ``b`` of Eq. (9).
-        tol: relative duality-gap tolerance.
+        tol: relative duality-gap tolerance.  The default 1e-4 puts the objective within
+            0.01% of its optimum (measurements in the docs' RED-SVM page).
         max_iter: coordinate-descent epoch cap per intercept value.
         random_state: seed for the coordinate order and landmark choice.
 
@@ -149,7 +150,7 @@ class RedSVM(_RedSVMBase):
     _state_types = (KernelMap,)
 
     def __init__(self, C=1.0, loss="hinge", kernel="linear", gamma=None, n_components=None,
-                 fit_intercept=True, tol=1e-6, max_iter=1000, random_state=None):
+                 fit_intercept=True, tol=1e-4, max_iter=1000, random_state=None):
         self.C = C
         self.loss = loss
         self.kernel = kernel
@@ -224,7 +225,7 @@ class TransductiveOrdinalRegression(_RedSVMBase):
     _state_types = (KernelMap,)
 
     def __init__(self, C=1.0, loss="hinge", kernel="linear", gamma=None, n_components=None,
-                 fit_intercept=True, tol=1e-6, max_iter=1000, c2_init=1e-5, c2_growth=2.0,
+                 fit_intercept=True, tol=1e-4, max_iter=1000, c2_init=1e-5, c2_growth=2.0,
                  max_retrains=5000, swap_rule="eq5", random_state=None, verbose=0):
         self.C = C
         self.loss = loss
