@@ -108,15 +108,10 @@ SAVE_CASES = [
 
 @pytest.mark.parametrize("est, kw", SAVE_CASES, ids=[f"{type(e).__name__}-{i}" for i, (e, _) in enumerate(SAVE_CASES)])
 def test_save_and_load_model_restore_the_fit_exactly(est, kw, tmp_path):
-    labels, order = np.array(["low", "mid", "high"])[Y0 - 1], ["low", "mid", "high"]
-    est = clone(est)
-    if "classes" in est.get_params():
-        est.set_params(classes=order)
-    else:
-        kw = dict(kw, classes=order)
+    labels = np.array(["low", "mid", "high"])[Y0 - 1]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        est.fit(X0, labels, **kw)
+        est = clone(est).fit(X0, labels, classes=["low", "mid", "high"], **kw)
     path = tmp_path / "model.npz"
     est.save(path)
     back = load_model(path)
@@ -152,3 +147,18 @@ def test_a_model_file_is_read_only_by_its_class_and_never_by_pickle(tmp_path):
     est.extra_ = object()
     with pytest.raises(TypeError, match="extra_"):
         est.save(tmp_path / "other.npz")
+
+
+@pytest.mark.parametrize("est", [clone(e) for e, _ in CASES], ids=[type(e).__name__ for e, _ in CASES])
+def test_every_fit_takes_the_label_order(est):
+    """Some estimators took ``classes`` in the constructor and others in ``fit``; ``fit``
+    now takes it everywhere, and a constructor ``classes`` that disagrees is refused."""
+    labels = np.array(["low", "mid", "high"])[Y0 - 1]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # TOR without unlabeled rows
+        est.fit(X0, labels, classes=["low", "mid", "high"])
+    assert list(est.classes_) == ["low", "mid", "high"]
+    if "classes" in est.get_params():
+        est.set_params(classes=["high", "mid", "low"])
+        with pytest.raises(ValueError, match="passed to fit differs"):
+            est.fit(X0, labels, classes=["low", "mid", "high"])

@@ -68,6 +68,17 @@ class OrdinalEstimator(BaseEstimator):
             del self.feature_names_in_
         return X, codes, sw
 
+    def _declared_classes(self, classes):
+        """The label order for a fit: ``classes`` passed to ``fit``, else the estimator's own
+        ``classes`` parameter where it has one; the two must agree when both are given."""
+        own = getattr(self, "classes", None)
+        if classes is None:
+            return own
+        if own is not None and (len(own) != len(classes) or any(a != b for a, b in zip(own, classes))):
+            raise ValueError(f"classes={list(classes)!r} passed to fit differs from the estimator's "
+                             f"classes={list(own)!r}; give one of them")
+        return classes
+
     def _validate_predict(self, X):
         check_is_fitted(self, "classes_")
         X, names = check_X(X, accept_sparse=self._accept_sparse, n_features=self.n_features_in_,

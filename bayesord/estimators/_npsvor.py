@@ -151,7 +151,7 @@ class NPSVOR(SnapshotSavableMixin, OrdinalEstimator):
         return to_padded_rows(X, bias=bias, dtype=float_dtype())
 
     @fresh_fit
-    def fit(self, X, y, sample_weight=None):
+    def fit(self, X, y, sample_weight=None, classes=None):
         """Fit the p rank hyperplanes.
 
         Args:
@@ -159,6 +159,8 @@ class NPSVOR(SnapshotSavableMixin, OrdinalEstimator):
             y: (n,) ordered labels.
             sample_weight: optional (n,) non-negative weights; a weight multiplies the
                 row's C, which is exactly the weighted loss.
+            classes: the labels in increasing order, as the constructor's ``classes``
+                (either may be given; if both are, they must agree).
 
         Returns:
             self.
@@ -168,7 +170,7 @@ class NPSVOR(SnapshotSavableMixin, OrdinalEstimator):
                 the shared input checks).
         """
         C1, C2, eps, tol, Cs = self._check_params()
-        X, codes, sw = self._validate_fit(X, y, sample_weight, classes=self.classes)
+        X, codes, sw = self._validate_fit(X, y, sample_weight, classes=self._declared_classes(classes))
         p = len(self.classes_)
         E = self._ell(X)
         config = NPSVORConfig(n_features=X.shape[1] + bool(self.fit_intercept),

@@ -114,8 +114,15 @@ class OrdinalProbit(SavableMixin, OrdinalEstimator):
         return float(self.tol)
 
     @fresh_fit
-    def fit(self, X, y, sample_weight=None):
+    def fit(self, X, y, sample_weight=None, classes=None):
         """Fit the posterior.  Labels may be any ordered values (see ``classes``).
+
+        Args:
+            X: (n, d) features.
+            y: (n,) ordered labels.
+            sample_weight: optional (n,) non-negative weights.
+            classes: the labels in increasing order, as the constructor's ``classes``
+                (either may be given; if both are, they must agree).
 
         Raises:
             ValueError: bad input (NaN/inf, mismatched lengths, one class, ...).
@@ -125,7 +132,7 @@ class OrdinalProbit(SavableMixin, OrdinalEstimator):
             ConvergenceWarning: an iteration cap was reached.
         """
         config = self._config()
-        X, codes, sw = self._validate_fit(X, y, sample_weight, self.classes)
+        X, codes, sw = self._validate_fit(X, y, sample_weight, self._declared_classes(classes))
         alpha = self._alpha(X.shape[1])
         dtype = float_dtype()
         tol = self._tol(dtype)

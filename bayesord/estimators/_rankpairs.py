@@ -116,8 +116,15 @@ class SwappedPairsSVM(SnapshotSavableMixin, OrdinalEstimator):
                 raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
 
     @fresh_fit
-    def fit(self, X, y, sample_weight=None):
+    def fit(self, X, y, sample_weight=None, classes=None):
         """Fit the ranking function.
+
+        Args:
+            X: (n, d) features, dense or scipy.sparse (linear kernel).
+            y: (n,) ordered labels (ranks; ties share a rank).
+            sample_weight: optional (n,) non-negative weights; pair (i, j) weighs their product.
+            classes: the labels in increasing order, as the constructor's ``classes``
+                (either may be given; if both are, they must agree).
 
         Raises:
             ValueError: bad parameters, fewer than two distinct ranks with positive weight
@@ -125,7 +132,8 @@ class SwappedPairsSVM(SnapshotSavableMixin, OrdinalEstimator):
             TypeError: sparse input with ``kernel="rbf"``.
         """
         self._check_params()
-        X, codes, sw = self._validate_fit(X, y, sample_weight, self.classes, require_all_classes=False)
+        X, codes, sw = self._validate_fit(X, y, sample_weight, self._declared_classes(classes),
+                                          require_all_classes=False)
         if sp.issparse(X) and self.kernel == "rbf":
             raise TypeError("kernel='rbf' needs a dense X; pass X.toarray() or use kernel='linear'")
         dtype = float_dtype()
