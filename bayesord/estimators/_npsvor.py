@@ -92,7 +92,6 @@ class NPSVOR(SnapshotSavableMixin, OrdinalEstimator):
     """
 
     _format = "bayesord.NPSVOR/1"
-
     _accept_sparse = True
 
     def __init__(self, C=1.0, *, C1=None, C2=None, epsilon=0.1, tol=0.1, fit_intercept=True,

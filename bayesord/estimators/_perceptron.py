@@ -28,6 +28,8 @@ class _StructuredPerceptron(SnapshotSavableMixin, OrdinalEstimator):
     """Shared fit / partial_fit / predict plumbing; subclasses fix the model variant."""
 
     _accept_sparse = True
+    _state_types = (core.PerceptronHyper, core.PerceptronState, core.PerceptronResult,
+                    core.KernelPerceptronState, core.KernelPerceptronResult)
     _model = "cusum"
 
     # -- parameters ---------------------------------------------------------------------
@@ -249,8 +251,6 @@ class CuSumRank(_StructuredPerceptron):
     """
 
     _format = "bayesord.CuSumRank/1"
-    _state_types = (core.PerceptronHyper, core.PerceptronState, core.PerceptronResult,
-                    core.KernelPerceptronState, core.KernelPerceptronResult)
 
     def __init__(self, algorithm="perceptron", averaged=True, margin=0.0, delta=1.0,
                  kernel="linear", gamma=None, degree=3, coef0=1.0, fit_intercept=True,
@@ -342,8 +342,6 @@ class PRank(_StructuredPerceptron):
     """
 
     _format = "bayesord.PRank/1"
-    _state_types = (core.PerceptronHyper, core.PerceptronState, core.PerceptronResult,
-                    core.KernelPerceptronState, core.KernelPerceptronResult)
     _model = "prank"
 
     def __init__(self, averaged=False, margin=0.0, max_epochs=10, shuffle=True,
