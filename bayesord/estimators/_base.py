@@ -12,6 +12,7 @@ import json
 import os
 import zipfile
 
+import jax
 import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
@@ -42,9 +43,19 @@ class OrdinalEstimator(BaseEstimator):
                       require_all_classes=True):
         """Check (X, y, weights); set ``classes_``, ``n_features_in_``, ``feature_names_in_``.
 
+        ``classes`` is the label order passed to ``fit``; an estimator with a ``classes``
+        parameter of its own uses that when ``fit`` gets none, and the two must agree when
+        both are given.
+
         Returns:
             (X, codes, sample_weight) with codes in 0..K-1.
         """
+        own = getattr(self, "classes", None)
+        if classes is None:
+            classes = own
+        elif own is not None and (len(own) != len(classes) or any(a != b for a, b in zip(own, classes))):
+            raise ValueError(f"classes={list(classes)!r} passed to fit differs from the estimator's "
+                             f"classes={list(own)!r}; give one of them")
         X, names = check_X(X, accept_sparse=self._accept_sparse)
         codes, classes_ = encode_labels(y, classes, n=X.shape[0])
         sw = check_sample_weight(sample_weight, X.shape[0])
@@ -67,17 +78,6 @@ class OrdinalEstimator(BaseEstimator):
         elif hasattr(self, "feature_names_in_"):
             del self.feature_names_in_
         return X, codes, sw
-
-    def _declared_classes(self, classes):
-        """The label order for a fit: ``classes`` passed to ``fit``, else the estimator's own
-        ``classes`` parameter where it has one; the two must agree when both are given."""
-        own = getattr(self, "classes", None)
-        if classes is None:
-            return own
-        if own is not None and (len(own) != len(classes) or any(a != b for a, b in zip(own, classes))):
-            raise ValueError(f"classes={list(classes)!r} passed to fit differs from the estimator's "
-                             f"classes={list(own)!r}; give one of them")
-        return classes
 
     def _validate_predict(self, X):
         check_is_fitted(self, "classes_")
@@ -216,17 +216,14 @@ _FILE_ATTRIBUTES = ("classes_", "n_features_in_", "feature_names_in_")
 
 def _encode_state(value, key, arrays, types):
     """JSON-ready description of ``value``; its arrays go into ``arrays`` under ``key...``."""
-    import jax
-
     if value is None or isinstance(value, (bool, int, float, str)):
         return {"json": value}
     if isinstance(value, (np.ndarray, np.generic, jax.Array)):
         arr = np.asarray(value)
         if arr.dtype == object:
-            items = arr.tolist()
             if not all(isinstance(v, (bool, int, float, str)) for v in arr.ravel().tolist()):
                 raise TypeError(f"{key}: an object array of non-scalar values cannot be saved without pickle")
-            return {"objects": items}
+            return {"objects": arr.tolist()}
         arrays[key] = arr
         return {"array": key}
     if isinstance(value, tuple) and hasattr(type(value), "_fields"):

@@ -169,7 +169,7 @@ class NPSVOR(SnapshotSavableMixin, OrdinalEstimator):
                 the shared input checks).
         """
         C1, C2, eps, tol, Cs = self._check_params()
-        X, codes, sw = self._validate_fit(X, y, sample_weight, classes=self._declared_classes(classes))
+        X, codes, sw = self._validate_fit(X, y, sample_weight, classes=classes)
         p = len(self.classes_)
         E = self._ell(X)
         config = NPSVORConfig(n_features=X.shape[1] + bool(self.fit_intercept),

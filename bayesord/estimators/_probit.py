@@ -132,7 +132,7 @@ class OrdinalProbit(SavableMixin, OrdinalEstimator):
             ConvergenceWarning: an iteration cap was reached.
         """
         config = self._config()
-        X, codes, sw = self._validate_fit(X, y, sample_weight, self._declared_classes(classes))
+        X, codes, sw = self._validate_fit(X, y, sample_weight, classes)
         alpha = self._alpha(X.shape[1])
         dtype = float_dtype()
         tol = self._tol(dtype)

@@ -78,7 +78,6 @@ class SwappedPairsSVM(SnapshotSavableMixin, OrdinalEstimator):
 
     _format = "bayesord.SwappedPairsSVM/1"
     _state_types = (RankPairsResult,)
-
     _accept_sparse = True
 
     def __init__(self, C=100.0, kernel="linear", gamma=1.0, epsilon=1e-3, pairs="all", n_partners=5,
@@ -132,8 +131,7 @@ class SwappedPairsSVM(SnapshotSavableMixin, OrdinalEstimator):
             TypeError: sparse input with ``kernel="rbf"``.
         """
         self._check_params()
-        X, codes, sw = self._validate_fit(X, y, sample_weight, self._declared_classes(classes),
-                                          require_all_classes=False)
+        X, codes, sw = self._validate_fit(X, y, sample_weight, classes, require_all_classes=False)
         if sp.issparse(X) and self.kernel == "rbf":
             raise TypeError("kernel='rbf' needs a dense X; pass X.toarray() or use kernel='linear'")
         dtype = float_dtype()

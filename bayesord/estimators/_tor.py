@@ -42,6 +42,7 @@ def _check_positive(value, name):
 
 class _RedSVMBase(SnapshotSavableMixin, OrdinalEstimator):
     _accept_sparse = True
+    _state_types = (KernelMap,)
 
     def _check_params(self):
         _check_positive(self.C, "C")
@@ -147,7 +148,6 @@ class RedSVM(_RedSVMBase):
     """
 
     _format = "bayesord.RedSVM/1"
-    _state_types = (KernelMap,)
 
     def __init__(self, C=1.0, loss="hinge", kernel="linear", gamma=None, n_components=None,
                  fit_intercept=True, tol=1e-4, max_iter=1000, random_state=None):
@@ -222,7 +222,6 @@ class TransductiveOrdinalRegression(_RedSVMBase):
     """
 
     _format = "bayesord.TransductiveOrdinalRegression/1"
-    _state_types = (KernelMap,)
 
     def __init__(self, C=1.0, loss="hinge", kernel="linear", gamma=None, n_components=None,
                  fit_intercept=True, tol=1e-4, max_iter=1000, c2_init=1e-5, c2_growth=2.0,
