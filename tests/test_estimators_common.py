@@ -74,7 +74,15 @@ def test_warnings_point_at_the_callers_line():
     assert caught[0].filename == __file__
 
 
-@pytest.mark.parametrize("est", [clone(e) for e, _ in CASES], ids=[type(e).__name__ for e, _ in CASES])
+# The Bayesian fits recompile in float32 (10-17 s each): they run with the slow suite.
+FLOAT32_CASES = [
+    pytest.param(clone(e), id=type(e).__name__,
+                 marks=[pytest.mark.slow] if isinstance(e, (OrdinalProbit, ISBOR, SBOR)) else [])
+    for e, _ in CASES
+]
+
+
+@pytest.mark.parametrize("est", FLOAT32_CASES)
 def test_float32_fit_is_as_good_as_float64(est):
     """JAX computes in float32 unless x64 is switched on, and the library never switches it.
     Before, every SwappedPairsSVM fit at its default C ended NONFINITE in float32."""
