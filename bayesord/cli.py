@@ -1,9 +1,10 @@
 """The ``bayesord`` command: ``demo``, ``fit``, ``predict`` and ``bench``.
 
-``fit`` fits ``OrdinalProbit`` (default), ``ISBOR`` or ``SBOR`` (``--model``) on a CSV file
-and saves it; ``predict`` reads any saved model (:func:`bayesord.load_model`) and writes
-labels, and on request class probabilities with their posterior spread and the latent
-mean and sd.
+``fit`` fits any of the nine estimators (``--model``; ``OrdinalProbit`` by default) on a CSV
+file and saves it, with constructor parameters from dedicated options or ``--param
+NAME=VALUE``; ``predict`` reads any saved model (:func:`bayesord.load_model`) and writes
+labels, and for the Bayesian models on request class probabilities with their posterior
+spread and the latent mean and sd.
 
 The command is an application, not a library import, so it turns on JAX's float64 mode
 (recommended for the Bayesian paths) before doing any work.  ``demo`` and ``fit`` report
@@ -159,32 +160,89 @@ def _read_table(path, target):
     return X, y, names
 
 
-_PROBIT_ONLY = ("thresholds", "alpha", "prior")
-_KERNEL_ONLY = ("kernel", "theta", "theta_selection", "seed")
+# --model name: estimator class (all in bayesord.estimators).
+_MODELS = {
+    "probit": "OrdinalProbit",
+    "isbor": "ISBOR",
+    "sbor": "SBOR",
+    "npsvor": "NPSVOR",
+    "cusum": "CuSumRank",
+    "prank": "PRank",
+    "swapped-pairs": "SwappedPairsSVM",
+    "redsvm": "RedSVM",
+    "tor": "TransductiveOrdinalRegression",
+}
+_BAYESIAN = ("probit", "isbor", "sbor")
+# Dedicated options of `fit` (argparse dest) and the constructor parameter each one sets.
+_OPTIONS = {"thresholds": "thresholds", "alpha": "alpha", "prior": "prior", "kernel": "kernel",
+            "theta": "theta", "theta_selection": "theta_selection", "link": "link",
+            "seed": "random_state"}
 
 
-def _make_model(args, classes):
-    from .estimators import ISBOR, SBOR, OrdinalProbit
+def _parse_param(text):
+    """``NAME=VALUE`` of ``--param``: VALUE as a Python literal (number, tuple, None, True),
+    else as the string itself (``kernel=rbf``)."""
+    import ast
 
-    given = {name: getattr(args, name) for name in _PROBIT_ONLY + _KERNEL_ONLY
-             if getattr(args, name) is not None}
-    if args.model == "probit":
-        wrong = [n for n in _KERNEL_ONLY if n in given]
-        if wrong:
-            raise ValueError(f"--{wrong[0].replace('_', '-')} applies to --model isbor or sbor, not probit")
-        opts = {k: given[k] for k in _PROBIT_ONLY if k in given}
-        return OrdinalProbit(link=args.link, classes=classes, **opts)
-    wrong = [n for n in _PROBIT_ONLY if n in given]
-    if wrong:
-        raise ValueError(f"--{wrong[0]} applies to --model probit, not {args.model}")
-    opts = {k: given[k] for k in ("kernel", "theta", "theta_selection") if k in given}
-    if opts.get("theta", "auto") != "auto":
-        try:
-            opts["theta"] = float(opts["theta"])
-        except ValueError:
-            raise ValueError(f"--theta must be a positive number or 'auto', got {opts['theta']!r}") from None
-    cls = ISBOR if args.model == "isbor" else SBOR
-    return cls(link=args.link, random_state=given.get("seed", 0), verbose=int(args.progress), **opts)
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip():
+        raise ValueError(f"--param expects NAME=VALUE, got {text!r}")
+    try:
+        value = ast.literal_eval(value.strip())
+    except (ValueError, SyntaxError):
+        value = value.strip()
+    return name.strip(), value
+
+
+def _make_model(args):
+    """The estimator that ``--model`` names, with the options and ``--param`` values given."""
+    from . import estimators
+
+    cls = getattr(estimators, _MODELS[args.model])
+    known = cls().get_params()
+    flag = f"--model {args.model}"
+    params = {}
+    for dest, name in _OPTIONS.items():
+        value = getattr(args, dest)
+        if value is None:
+            continue
+        if name not in known:
+            raise ValueError(f"--{dest.replace('_', '-')} does not apply to {flag} "
+                             f"({cls.__name__} has no parameter {name!r})")
+        if name == "theta" and value != "auto":
+            try:
+                value = float(value)
+            except ValueError:
+                raise ValueError(f"--theta must be a positive number or 'auto', got {value!r}") from None
+        params[name] = value
+    for text in args.param:
+        name, value = _parse_param(text)
+        if name not in known:
+            raise ValueError(f"--param {name}: {cls.__name__} has no parameter {name!r}; its "
+                             f"parameters are {', '.join(sorted(known))}")
+        if name in params:
+            raise ValueError(f"--param {name} is given twice (or also by its own option)")
+        params[name] = value
+    if "random_state" in known:
+        params.setdefault("random_state", 0)  # the command is reproducible by default
+    if "verbose" in known:
+        params.setdefault("verbose", int(args.progress))
+    return cls(**params)
+
+
+def _feature_frame(path, target, names):
+    """Rows of a CSV file as a DataFrame of the named feature columns (target dropped)."""
+    import pandas as pd
+
+    frame = pd.read_csv(path)
+    if target and target in frame.columns:
+        frame = frame.drop(columns=[target])
+    if names is not None:
+        missing = [c for c in names if c not in frame.columns]
+        if missing:
+            raise ValueError(f"{path} lacks feature columns {missing}")
+        frame = frame[list(names)]
+    return frame
 
 
 def _fit(args) -> int:
@@ -194,25 +252,50 @@ def _fit(args) -> int:
     classes = args.classes.split(",") if args.classes else None
     if classes is not None and np.asarray(y).dtype.kind in "iuf":
         classes = [type(np.asarray(y).flat[0].item())(c) for c in classes]
-    model = _make_model(args, classes)
+    if args.unlabeled is not None and args.model != "tor":
+        raise ValueError(f"--unlabeled applies to --model tor, not {args.model}")
+    model = _make_model(args)
     name = type(model).__name__
     if args.progress:
         _progress.show(f"fit: {name} on {X.shape[0]} rows x {X.shape[1]} features ...")
     t0 = time.perf_counter()
     frame = pd.DataFrame(X, columns=names)
-    if args.model == "probit":
-        model.fit(frame, y)
+    if args.unlabeled is not None:
+        unlabeled = _feature_frame(args.unlabeled, args.target, names)
+        model.fit(frame, y, X_unlabeled=unlabeled, classes=classes)
     else:
         model.fit(frame, y, classes=classes)
     if args.progress:
         _progress.show(f"fit: {name} fitted in {time.perf_counter() - t0:.1f} s", final=True)
     model.save(args.out)
-    print(model.summary().to_string(float_format=lambda v: f"{v:.4f}"))
-    if args.model != "probit":
-        print(f"\n{len(model.relevance_indices_)} relevance vectors of {X.shape[0]} rows; kernel "
-              f"{model.kernel}, width {model.theta_:g}; noise sigma {model.sigma_:.4f}")
-    print(f"\nlog evidence {model.log_evidence_:.4f}; converged {model.converged_}; saved to {args.out}")
+    if args.model in _BAYESIAN:
+        print(model.summary().to_string(float_format=lambda v: f"{v:.4f}"))
+        if args.model != "probit":
+            print(f"\n{len(model.relevance_indices_)} relevance vectors of {X.shape[0]} rows; kernel "
+                  f"{model.kernel}, width {model.theta_:g}; noise sigma {model.sigma_:.4f}")
+        print(f"\nlog evidence {model.log_evidence_:.4f}; converged {model.converged_}; saved to {args.out}")
+        return 0
+    _print_fit(model, frame, y, args)
     return 0
+
+
+def _print_fit(model, frame, y, args):
+    """What `fit` prints for the models without a posterior summary."""
+    from .metrics import mae, zero_one
+
+    pred = model.predict(frame)
+    settings = ", ".join(f"{k}={v!r}" for k, v in sorted(model.get_params().items())
+                         if k not in ("verbose", "classes"))
+    print(f"{type(model).__name__}({settings})")
+    print(f"classes (lowest to highest): {', '.join(str(c) for c in model.classes_)}")
+    print(f"training rows {len(y)}: MAE {mae(y, pred, classes=model.classes_):.4f} (in class steps), "
+          f"zero-one error {zero_one(y, pred, classes=model.classes_):.4f}")
+    if args.model == "tor":
+        counts = np.unique(model.transduction_, return_counts=True)
+        print(f"unlabeled rows {len(model.transduction_)}: " + ", ".join(
+            f"{c}: {n}" for c, n in zip(*counts)) + f"; {model.n_swaps_} swaps, {model.n_retrains_} retrainings")
+    print(f"iterations {np.asarray(model.n_iter_).tolist()}; converged {np.asarray(model.converged_).tolist()}; "
+          f"saved to {args.out}")
 
 
 def _predict(args) -> int:
@@ -221,15 +304,7 @@ def _predict(args) -> int:
     from .estimators import OrdinalProbit, load_model
 
     model = load_model(args.model)
-    frame = pd.read_csv(args.data)
-    if args.target and args.target in frame.columns:
-        frame = frame.drop(columns=[args.target])
-    names = getattr(model, "feature_names_in_", None)
-    if names is not None:
-        missing = [c for c in names if c not in frame.columns]
-        if missing:
-            raise ValueError(f"{args.data} lacks feature columns {missing}")
-        frame = frame[list(names)]
+    frame = _feature_frame(args.data, args.target, getattr(model, "feature_names_in_", None))
     if (args.proba or args.uncertainty) and not hasattr(model, "predict_proba"):
         raise ValueError(f"{args.model} holds a {type(model).__name__}, which gives labels and scores, not "
                          "probabilities; drop --proba/--uncertainty")
@@ -283,16 +358,20 @@ def _parser():
     d.add_argument("--out", default="bayesord_demo.png", help="PNG plot of class probabilities")
     _add_quiet(d)
     d.set_defaults(func=_demo)
-    f = sub.add_parser("fit", help="fit a Bayesian model (OrdinalProbit, ISBOR or SBOR) on a CSV "
-                                   "file and save it")
+    f = sub.add_parser("fit", help="fit a model on a CSV file and save it",
+                       description="Fit a model on a CSV file and save it (.npz). Options that name "
+                                   "a constructor parameter apply to the models that have it; "
+                                   "--param NAME=VALUE sets any other.")
     f.add_argument("data", help="CSV file with a header row; every column but the target is a "
                                 "numeric feature")
     f.add_argument("--target", default="y", help="name of the label column (default: y)")
     f.add_argument("--out", required=True, help="where to save the model (.npz)")
-    f.add_argument("--model", choices=["probit", "isbor", "sbor"], default="probit",
+    f.add_argument("--model", choices=list(_MODELS), default="probit",
                    help="probit: linear OrdinalProbit (default); isbor: sparse Bayesian kernel "
                         "model with incremental relevance-vector selection; sbor: its batch "
-                        "version (small data)")
+                        "version (small data); npsvor: linear nonparallel SVM; cusum, prank: "
+                        "perceptrons (CuSumRank, PRank); swapped-pairs: SwappedPairsSVM; redsvm: "
+                        "RedSVM; tor: TransductiveOrdinalRegression (with --unlabeled)")
     f.add_argument("--thresholds", choices=["evidence", "joint"],
                    help="probit: thresholds and prior precision by type-II maximum likelihood "
                         "(evidence, the default) or thresholds fitted with w for the fixed "
@@ -302,19 +381,29 @@ def _parser():
                         "(0 is maximum likelihood), the starting value with evidence (default: 1)")
     f.add_argument("--prior", choices=["gaussian", "ard"],
                    help="probit: one precision for all weights (default) or one per feature (ARD)")
-    f.add_argument("--kernel", choices=["rbf", "linear", "poly"],
-                   help="isbor/sbor: basis functions (default: rbf, exp(-width |x - x_i|^2); "
-                        "put the features on comparable scales)")
+    f.add_argument("--kernel",
+                   help="models with a kernel: isbor/sbor rbf (default), linear, poly; cusum "
+                        "linear (default), rbf, poly; swapped-pairs linear (default), rbf; "
+                        "redsvm/tor linear (default), perceptron, rbf. RBF kernels compare raw "
+                        "values: put the features on comparable scales")
     f.add_argument("--theta", help="isbor/sbor: kernel width, a positive number or 'auto' "
                                    "(default: chosen from 0.01, 0.1, 1, 10)")
     f.add_argument("--theta-selection", choices=["evidence", "loo", "cv"],
                    help="isbor/sbor: how --theta auto chooses: 5-fold CV on the held-out log "
                         "probability (default), the Laplace evidence (the paper's rule, about "
                         "4x faster), or PSIS-LOO")
-    f.add_argument("--seed", type=int, help="isbor/sbor: random seed (default: 0)")
-    f.add_argument("--link", choices=["probit", "logit"], default="probit",
-                   help="latent noise distribution (default: probit)")
+    f.add_argument("--seed", type=int, help="random seed of the models that draw random numbers "
+                                            "(default: 0)")
+    f.add_argument("--link", choices=["probit", "logit"],
+                   help="probit/isbor/sbor: latent noise distribution (default: probit)")
     f.add_argument("--classes", help="comma-separated labels from lowest to highest")
+    f.add_argument("--unlabeled", metavar="CSV",
+                   help="tor: CSV file of unlabeled rows with the same feature columns (a target "
+                        "column there is ignored)")
+    f.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                   help="any other constructor parameter of the model, repeatable; VALUE is read "
+                        "as a Python literal (10, 1e-3, (0.1, 1), None) or else as text, e.g. "
+                        "--param C=10 --param loss=squared_hinge")
     _add_quiet(f)
     f.set_defaults(func=_fit)
     r = sub.add_parser("predict", help="predict with a saved model")

@@ -84,9 +84,15 @@ def test_probit_predict_with_uncertainty(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("args, match", [
-    (["--model", "isbor", "--prior", "ard"], "--prior applies to --model probit"),
-    (["--theta", "1"], "--theta applies to --model isbor or sbor"),
+    (["--model", "isbor", "--prior", "ard"], "--prior does not apply to --model isbor (ISBOR has no parameter 'prior')"),
+    (["--theta", "1"], "--theta does not apply to --model probit"),
     (["--model", "sbor", "--theta", "wide"], "--theta must be a positive number or 'auto'"),
+    (["--model", "prank", "--kernel", "rbf"], "--kernel does not apply to --model prank"),
+    (["--model", "npsvor", "--param", "gamma=1"], "NPSVOR has no parameter 'gamma'; its parameters are C, C1,"),
+    (["--model", "npsvor", "--param", "C"], "--param expects NAME=VALUE, got 'C'"),
+    (["--model", "cusum", "--seed", "1", "--param", "random_state=2"], "--param random_state is given twice"),
+    (["--model", "redsvm", "--unlabeled", "u.csv"], "--unlabeled applies to --model tor, not redsvm"),
+    (["--model", "redsvm", "--param", "C=-1"], "C must be a positive finite number, got -1"),
 ])
 def test_fit_options_of_the_other_model_are_refused(tmp_path, capsys, args, match):
     data = tmp_path / "d.csv"
@@ -158,6 +164,72 @@ def test_isbor_from_the_command_has_the_estimators_defaults():
     from bayesord.cli import _make_model, _parser
 
     args = _parser().parse_args(["fit", "d.csv", "--out", "m.npz", "--model", "isbor", "--quiet"])
-    made = _make_model(args, None).get_params()
+    made = _make_model(args).get_params()
     expected = ISBOR(random_state=0).get_params()
     assert made == expected
+
+
+def test_param_values_are_read_as_literals_else_as_text():
+    from bayesord.cli import _make_model, _parser
+
+    args = _parser().parse_args(["fit", "d.csv", "--out", "m.npz", "--model", "npsvor", "--param",
+                                 "Cs=(0.1, 1)", "--param", "predictor=r_old", "--param", "C=10",
+                                 "--param", "cv=None"])
+    made = _make_model(args).get_params()
+    assert made["Cs"] == (0.1, 1) and made["predictor"] == "r_old" and made["C"] == 10
+    assert made["cv"] is None and made["random_state"] == 0
+
+
+@pytest.mark.parametrize("model, extra", [
+    ("npsvor", ["--param", "C=10"]),
+    ("cusum", ["--kernel", "rbf", "--param", "gamma=0.5"]),
+    ("prank", []),
+    ("swapped-pairs", ["--param", "C=10"]),
+    ("redsvm", ["--kernel", "perceptron", "--param", "loss=squared_hinge"]),
+])
+def test_every_model_fits_from_the_command_as_in_python(tmp_path, capsys, model, extra):
+    """The saved file predicts exactly what the same estimator fitted in Python predicts."""
+    import bayesord
+    from bayesord import load_model
+    from bayesord.cli import _MODELS
+
+    X, y, _ = make_ordinal_probit(80, 2, 3, seed=7)
+    frame = pd.DataFrame(X, columns=["a", "b"])
+    data = tmp_path / "d.csv"
+    frame.assign(y=np.array(["lo", "mid", "hi"])[y - 1]).to_csv(data, index=False)
+    path = tmp_path / "m.npz"
+    assert main(["fit", str(data), "--out", str(path), "--model", model, "--classes", "lo,mid,hi",
+                 "--quiet", *extra]) == 0
+    text = capsys.readouterr().out
+    fitted = load_model(path)
+    cls = getattr(bayesord, _MODELS[model])
+    assert type(fitted) is cls and list(fitted.classes_) == ["lo", "mid", "hi"]
+    assert "training rows 80: MAE" in text and f"saved to {path}" in text
+    params = fitted.get_params()
+    reference = cls(**params).fit(frame, np.array(["lo", "mid", "hi"])[y - 1], classes=["lo", "mid", "hi"])
+    np.testing.assert_array_equal(fitted.predict(frame), reference.predict(frame))
+    assert main(["predict", str(path), str(data)]) == 0
+    printed = pd.read_csv(io.StringIO(capsys.readouterr().out))["prediction"]
+    np.testing.assert_array_equal(printed, reference.predict(frame))
+
+
+def test_tor_fits_from_the_command_with_a_file_of_unlabeled_rows(tmp_path, capsys):
+    from bayesord import TransductiveOrdinalRegression, load_model
+
+    X, y, _ = make_ordinal_probit(120, 2, 3, seed=8)
+    labeled = pd.DataFrame(X[:40], columns=["a", "b"]).assign(y=y[:40])
+    unlabeled = pd.DataFrame(X[40:, ::-1], columns=["b", "a"])  # columns are matched by name
+    labeled.to_csv(tmp_path / "l.csv", index=False)
+    unlabeled.to_csv(tmp_path / "u.csv", index=False)
+    path = tmp_path / "tor.npz"
+    assert main(["fit", str(tmp_path / "l.csv"), "--out", str(path), "--model", "tor", "--unlabeled",
+                 str(tmp_path / "u.csv"), "--quiet"]) == 0
+    text = capsys.readouterr().out
+    reference = TransductiveOrdinalRegression(random_state=0).fit(labeled[["a", "b"]], y[:40],
+                                                                  X_unlabeled=unlabeled[["a", "b"]])
+    np.testing.assert_array_equal(load_model(path).transduction_, reference.transduction_)
+    assert "unlabeled rows 80:" in text and f"{reference.n_swaps_} swaps" in text
+    pd.DataFrame({"a": [1.0]}).to_csv(tmp_path / "bad.csv", index=False)
+    assert main(["fit", str(tmp_path / "l.csv"), "--out", str(path), "--model", "tor", "--unlabeled",
+                 str(tmp_path / "bad.csv"), "--quiet"]) == 2
+    assert "lacks feature columns ['b']" in capsys.readouterr().err
