@@ -74,19 +74,21 @@ def test_warnings_point_at_the_callers_line():
     assert caught[0].filename == __file__
 
 
-# The Bayesian fits recompile in float32 (10-17 s each): they run with the slow suite.
-FLOAT32_CASES = [
+# The nine estimators, the Bayesian three (10-50 s of fits and compilation each in the tests
+# below) marked to run with the slow suite.
+SLOW_BAYES_CASES = [
     pytest.param(clone(e), id=type(e).__name__,
                  marks=[pytest.mark.slow] if isinstance(e, (OrdinalProbit, ISBOR, SBOR)) else [])
     for e, _ in CASES
 ]
 
 
-@pytest.mark.parametrize("est", FLOAT32_CASES)
+@pytest.mark.parametrize("est", SLOW_BAYES_CASES)
 def test_float32_fit_is_as_good_as_float64(est):
     """JAX computes in float32 unless x64 is switched on, and the library never switches it.
     Before, every SwappedPairsSVM fit at its default C ended NONFINITE in float32."""
     X, y = X0, Y0
+    est = clone(est)
     if "random_state" in est.get_params():
         est.set_params(random_state=0)  # the same shuffles in both precisions
     with warnings.catch_warnings():
@@ -156,15 +158,39 @@ def test_a_model_file_is_read_only_by_its_class_and_never_by_pickle(tmp_path):
         est.save(tmp_path / "other.npz")
 
 
-@pytest.mark.parametrize("est", [OrdinalProbit(), NPSVOR(random_state=0), SwappedPairsSVM()],
-                         ids=["OrdinalProbit", "NPSVOR", "SwappedPairsSVM"])
-def test_every_fit_takes_the_label_order(est):
-    """These three took ``classes`` only in the constructor, the others only in ``fit``
-    (for those, ``fit(..., classes=)`` is exercised by the save/load test above); ``fit``
-    now takes it everywhere, and a constructor ``classes`` that disagrees is refused."""
+@pytest.mark.parametrize("est", SLOW_BAYES_CASES)
+def test_the_label_order_goes_to_the_constructor_or_to_fit(est):
+    """Every estimator takes ``classes`` in the constructor (so that string labels work in
+    scikit-learn's cross-validation, which clones and passes no fit arguments) and in
+    ``fit``; both give the same model, and two that disagree are refused."""
+    order = ["low", "mid", "high"]
+    labels = np.array(order)[Y0 - 1]
+    est = clone(est)
+    if "random_state" in est.get_params():
+        est.set_params(random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # TOR without unlabeled rows
+        by_fit = clone(est).fit(X0, labels, classes=order)
+        by_constructor = clone(est).set_params(classes=order).fit(X0, labels)
+        assert list(by_constructor.classes_) == order
+        np.testing.assert_array_equal(by_constructor.predict(X0), by_fit.predict(X0))
+        with pytest.raises(ValueError, match="passed to fit differs"):
+            clone(est).set_params(classes=order[::-1]).fit(X0, labels, classes=order)
+        with pytest.raises(ValueError, match="order"):
+            clone(est).fit(X0, labels)  # strings are never sorted alphabetically
+
+
+def test_string_labels_cross_validate_with_the_order_in_the_constructor():
+    from sklearn.model_selection import cross_val_score
+
     labels = np.array(["low", "mid", "high"])[Y0 - 1]
-    est.fit(X0, labels, classes=["low", "mid", "high"])
-    assert list(est.classes_) == ["low", "mid", "high"]
-    est.set_params(classes=["high", "mid", "low"])
-    with pytest.raises(ValueError, match="passed to fit differs"):
-        est.fit(X0, labels, classes=["low", "mid", "high"])
+    scores = cross_val_score(PRank(classes=["low", "mid", "high"], random_state=0), X0, labels, cv=3)
+    assert scores.shape == (3,) and np.all(scores <= 0)  # score is minus the MAE
+
+
+def test_a_perceptron_stream_can_take_its_classes_from_the_constructor():
+    stream = CuSumRank(classes=[1, 2, 3], random_state=0).partial_fit(X0[:30], Y0[:30])
+    reference = CuSumRank(random_state=0).partial_fit(X0[:30], Y0[:30], classes=[1, 2, 3])
+    np.testing.assert_array_equal(stream.decision_function(X0), reference.decision_function(X0))
+    with pytest.raises(ValueError, match="first call to partial_fit needs classes"):
+        CuSumRank().partial_fit(X0[:30], Y0[:30])

@@ -410,6 +410,8 @@ class ISBOR(_SparseBayesOrdinal):
         cache_bytes: keep the whole candidate basis in memory when it fits in this many bytes.
         link: ``"probit"`` (the paper's) or ``"logit"``.
         learn_noise: learn sigma (else fixed at 1).
+        classes: the labels in increasing order (needed for string labels; ``fit(classes=...)``
+            does the same, and the two must agree when both are given).
         random_state: seed for the initial one-per-class draw and the subsets.
         verbose: report progress on stderr (0, the default: silent).  One updating line per
             fit (``ISBOR iter 37/500  log-evidence -1234.5  RVs 22``) and per width-selection
@@ -445,7 +447,7 @@ class ISBOR(_SparseBayesOrdinal):
     def __init__(self, kernel="rbf", theta="auto", theta_grid=_DEFAULT_GRID, theta_selection="cv",
                  cv=5, cv_scoring="log_loss", selection_max_samples=2000, degree=2, capacity=128, max_iter=500,
                  min_delta=1e-2, n_centres=None, centre_selection="random", block_size=256, cache_bytes=2**30,
-                 link="probit", learn_noise=True, random_state=None, verbose=0):
+                 link="probit", learn_noise=True, classes=None, random_state=None, verbose=0):
         self.kernel = kernel
         self.theta = theta
         self.theta_grid = theta_grid
@@ -463,6 +465,7 @@ class ISBOR(_SparseBayesOrdinal):
         self.cache_bytes = cache_bytes
         self.link = link
         self.learn_noise = learn_noise
+        self.classes = classes
         self.random_state = random_state
         self.verbose = verbose
 
@@ -493,7 +496,7 @@ class SBOR(_SparseBayesOrdinal):
     def __init__(self, kernel="rbf", theta="auto", theta_grid=_DEFAULT_GRID, theta_selection="cv",
                  cv=5, cv_scoring="log_loss", selection_max_samples=1000, degree=2, max_iter=300,
                  min_delta=1e-2, n_centres=None, centre_selection="random", block_size=256, cache_bytes=2**30,
-                 link="probit", learn_noise=True, random_state=None, verbose=0):
+                 link="probit", learn_noise=True, classes=None, random_state=None, verbose=0):
         self.kernel = kernel
         self.theta = theta
         self.theta_grid = theta_grid
@@ -510,6 +513,7 @@ class SBOR(_SparseBayesOrdinal):
         self.cache_bytes = cache_bytes
         self.link = link
         self.learn_noise = learn_noise
+        self.classes = classes
         self.random_state = random_state
         self.verbose = verbose
 

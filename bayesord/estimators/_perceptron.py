@@ -87,15 +87,16 @@ class _StructuredPerceptron(SnapshotSavableMixin, OrdinalEstimator):
             y: (n,) ordered labels.
             sample_weight: optional non-negative weights; a weight scales that row's
                 update step (0 skips it); it is not the same as repeating the row.
-            classes: labels in increasing order (needed for strings).  When given, a
-                declared rank may have no training rows (as in ``partial_fit``).
+            classes: labels in increasing order (needed for strings), as the constructor's
+                ``classes``.  When either is given, a declared rank may have no training
+                rows (as in ``partial_fit``).
 
         Returns:
             self.
         """
         self._check_params()
         X, codes, sw = self._validate_fit(X, y, sample_weight, classes,
-                                          require_all_classes=classes is None)
+                                          require_all_classes=classes is None and self.classes is None)
         if sp.issparse(X) and self._kernel() != "linear":
             raise TypeError(f"kernel={self._kernel()!r} needs dense X; sparse input works with kernel='linear'")
         dtype = float_dtype()
@@ -122,8 +123,9 @@ class _StructuredPerceptron(SnapshotSavableMixin, OrdinalEstimator):
         Args:
             X: inputs of a batch of the stream.
             y: its labels.
-            classes: all labels in increasing order; required on the first call (the
-                stream may not show every rank early), and must not change afterwards.
+            classes: all labels in increasing order; required on the first call unless the
+                constructor has them (the stream may not show every rank early), and must
+                not change afterwards.
             sample_weight: optional non-negative weights of the batch's rows.
 
         Returns:
@@ -140,9 +142,9 @@ class _StructuredPerceptron(SnapshotSavableMixin, OrdinalEstimator):
         dtype = float_dtype()
         first = not hasattr(self, "_state_") or self._state_ is None
         if first:
-            if classes is None:
-                raise ValueError("the first call to partial_fit needs classes=[...] listing every "
-                                 "label in increasing order")
+            if classes is None and self.classes is None:
+                raise ValueError("the first call to partial_fit needs classes=[...] (here or in the "
+                                 "constructor) listing every label in increasing order")
             X, codes, sw = self._validate_fit(X, y, sample_weight, classes, min_classes=1,
                                               require_all_classes=False)
             state = core.init_state(self._config(len(self.classes_)), X.shape[1], dtype)
@@ -226,6 +228,8 @@ class CuSumRank(_StructuredPerceptron):
         shuffle: new random order each epoch (from ``random_state``).
         stop_if_separated: stop after an epoch without updates; if that never happens a
             ConvergenceWarning is issued.
+        classes: the labels in increasing order (needed for string labels; ``fit(classes=...)``
+            does the same, and the two must agree when both are given).
         random_state: seed for the epoch shuffles.
 
     Attributes:
@@ -254,7 +258,7 @@ class CuSumRank(_StructuredPerceptron):
 
     def __init__(self, algorithm="perceptron", averaged=True, margin=0.0, delta=1.0,
                  kernel="linear", gamma=None, degree=3, coef0=1.0, fit_intercept=True,
-                 max_epochs=10, shuffle=True, stop_if_separated=False, random_state=None):
+                 max_epochs=10, shuffle=True, stop_if_separated=False, classes=None, random_state=None):
         self.algorithm = algorithm
         self.averaged = averaged
         self.margin = margin
@@ -267,6 +271,7 @@ class CuSumRank(_StructuredPerceptron):
         self.max_epochs = max_epochs
         self.shuffle = shuffle
         self.stop_if_separated = stop_if_separated
+        self.classes = classes
         self.random_state = random_state
 
     def _kernel(self):
@@ -325,6 +330,8 @@ class PRank(_StructuredPerceptron):
         max_epochs: passes over the data in ``fit``.
         shuffle: new random order each epoch.
         stop_if_separated: stop after an epoch without updates.
+        classes: the labels in increasing order (needed for string labels; ``fit(classes=...)``
+            does the same, and the two must agree when both are given).
         random_state: seed for the epoch shuffles.
 
     Attributes:
@@ -345,12 +352,13 @@ class PRank(_StructuredPerceptron):
     _model = "prank"
 
     def __init__(self, averaged=False, margin=0.0, max_epochs=10, shuffle=True,
-                 stop_if_separated=False, random_state=None):
+                 stop_if_separated=False, classes=None, random_state=None):
         self.averaged = averaged
         self.margin = margin
         self.max_epochs = max_epochs
         self.shuffle = shuffle
         self.stop_if_separated = stop_if_separated
+        self.classes = classes
         self.random_state = random_state
 
     def _set_coef(self, res):

@@ -132,6 +132,8 @@ class RedSVM(_RedSVMBase):
         tol: relative duality-gap tolerance.  The default 1e-4 puts the objective within
             0.01% of its optimum (measurements in the docs' RED-SVM page).
         max_iter: coordinate-descent epoch cap per intercept value.
+        classes: the labels in increasing order (needed for string labels; ``fit(classes=...)``
+            does the same, and the two must agree when both are given).
         random_state: seed for the coordinate order and landmark choice.
 
     Attributes:
@@ -150,7 +152,7 @@ class RedSVM(_RedSVMBase):
     _format = "bayesord.RedSVM/1"
 
     def __init__(self, C=1.0, loss="hinge", kernel="linear", gamma=None, n_components=None,
-                 fit_intercept=True, tol=1e-4, max_iter=1000, random_state=None):
+                 fit_intercept=True, tol=1e-4, max_iter=1000, classes=None, random_state=None):
         self.C = C
         self.loss = loss
         self.kernel = kernel
@@ -159,6 +161,7 @@ class RedSVM(_RedSVMBase):
         self.fit_intercept = fit_intercept
         self.tol = tol
         self.max_iter = max_iter
+        self.classes = classes
         self.random_state = random_state
 
     @fresh_fit
@@ -196,6 +199,8 @@ class TransductiveOrdinalRegression(_RedSVMBase):
         fit_intercept: as in :class:`RedSVM`.
         tol: relative duality-gap tolerance of each retraining.
         max_iter: epoch cap per retraining.
+        classes: the labels in increasing order (needed for string labels; ``fit(classes=...)``
+            does the same, and the two must agree when both are given).
         random_state: seed for the coordinate order and landmark choice.
         c2_init: first C2 of the annealing (1e-5 in the paper); must be in (0, C).
         c2_growth: factor applied to C2 after each stage (2 in the paper); must exceed 1.
@@ -225,7 +230,7 @@ class TransductiveOrdinalRegression(_RedSVMBase):
 
     def __init__(self, C=1.0, loss="hinge", kernel="linear", gamma=None, n_components=None,
                  fit_intercept=True, tol=1e-4, max_iter=1000, c2_init=1e-5, c2_growth=2.0,
-                 max_retrains=5000, swap_rule="eq5", random_state=None, verbose=0):
+                 max_retrains=5000, swap_rule="eq5", classes=None, random_state=None, verbose=0):
         self.C = C
         self.loss = loss
         self.kernel = kernel
@@ -234,6 +239,7 @@ class TransductiveOrdinalRegression(_RedSVMBase):
         self.fit_intercept = fit_intercept
         self.tol = tol
         self.max_iter = max_iter
+        self.classes = classes
         self.c2_init = c2_init
         self.c2_growth = c2_growth
         self.max_retrains = max_retrains
@@ -365,7 +371,7 @@ class TransductiveOrdinalRegression(_RedSVMBase):
     def _validate_labeled(self, X, y, sample_weight, classes):
         """Like ``_validate_fit`` but with the TOR-specific message for missing classes."""
         Xc, _ = check_X(X, accept_sparse=True)
-        codes, classes_ = encode_labels(y, classes, n=Xc.shape[0])
+        codes, classes_ = encode_labels(y, self.classes if classes is None else classes, n=Xc.shape[0])
         present = np.unique(codes)
         if present.size < len(classes_):
             missing = [classes_[k] for k in range(len(classes_)) if k not in set(present.tolist())]
