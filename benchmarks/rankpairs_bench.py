@@ -11,11 +11,12 @@ solver as a fraction, so C_ours = 100 · C_paper.
 
 Scaling: the paper does not say how it scaled the features, but its g grid is absolute.
 After standardisation the median squared distance between rows is about twice the
-dimension (14-95 on the sets with d ≥ 8), so g = 1 gives kernel values of 1e-6 or less at
-the median distance on 8 of the 10 sets (a nearly diagonal Gram matrix) and only the two
-smallest g are usable there.  On [0, 1] features (the range Torgo's triazines and
-pyrimidines already have) the median squared distance is 0.1-7.3 and every g in the grid
-gives median kernel values between 7e-4 and 0.99.  See docs/rankpairs.md for both tables.
+dimension (14-95 on the sets with d ≥ 8), so g = 1 gives kernel values of 1.1e-6 or less at
+the median distance on 8 of the 10 sets (a nearly diagonal Gram matrix); on pyrimidines,
+triazines and wpbc g = 0.1 gives 1e-4 to 1e-2 as well, leaving two usable widths.  On
+[0, 1] features (the range Torgo's triazines and pyrimidines already have) the median
+squared distance is 0.1-7.3 and every g in the grid gives median kernel values between
+7e-4 and 0.99.  See docs/rankpairs.md for both tables.
 
 Methods, all solved by the same 1-slack cutting-plane solver (``fit_rankpairs_gram``):
 
