@@ -260,11 +260,8 @@ def _fit(args) -> int:
         _progress.show(f"fit: {name} on {X.shape[0]} rows x {X.shape[1]} features ...")
     t0 = time.perf_counter()
     frame = pd.DataFrame(X, columns=names)
-    if args.unlabeled is not None:
-        unlabeled = _feature_frame(args.unlabeled, args.target, names)
-        model.fit(frame, y, X_unlabeled=unlabeled, classes=classes)
-    else:
-        model.fit(frame, y, classes=classes)
+    extra = {} if args.unlabeled is None else {"X_unlabeled": _feature_frame(args.unlabeled, args.target, names)}
+    model.fit(frame, y, classes=classes, **extra)
     if args.progress:
         _progress.show(f"fit: {name} fitted in {time.perf_counter() - t0:.1f} s", final=True)
     model.save(args.out)
@@ -291,9 +288,9 @@ def _print_fit(model, frame, y, args):
     print(f"training rows {len(y)}: MAE {mae(y, pred, classes=model.classes_):.4f} (in class steps), "
           f"zero-one error {zero_one(y, pred, classes=model.classes_):.4f}")
     if args.model == "tor":
-        counts = np.unique(model.transduction_, return_counts=True)
-        print(f"unlabeled rows {len(model.transduction_)}: " + ", ".join(
-            f"{c}: {n}" for c, n in zip(*counts)) + f"; {model.n_swaps_} swaps, {model.n_retrains_} retrainings")
+        counts = ", ".join(f"{c}: {np.sum(model.transduction_ == c)}" for c in model.classes_)
+        print(f"unlabeled rows {len(model.transduction_)}: {counts}; {model.n_swaps_} swaps, "
+              f"{model.n_retrains_} retrainings")
     print(f"iterations {np.asarray(model.n_iter_).tolist()}; converged {np.asarray(model.converged_).tolist()}; "
           f"saved to {args.out}")
 

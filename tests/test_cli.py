@@ -228,7 +228,8 @@ def test_tor_fits_from_the_command_with_a_file_of_unlabeled_rows(tmp_path, capsy
     reference = TransductiveOrdinalRegression(random_state=0).fit(labeled[["a", "b"]], y[:40],
                                                                   X_unlabeled=unlabeled[["a", "b"]])
     np.testing.assert_array_equal(load_model(path).transduction_, reference.transduction_)
-    assert "unlabeled rows 80:" in text and f"{reference.n_swaps_} swaps" in text
+    counts = ", ".join(f"{c}: {np.sum(reference.transduction_ == c)}" for c in (1, 2, 3))
+    assert f"unlabeled rows 80: {counts}; {reference.n_swaps_} swaps" in text
     pd.DataFrame({"a": [1.0]}).to_csv(tmp_path / "bad.csv", index=False)
     assert main(["fit", str(tmp_path / "l.csv"), "--out", str(path), "--model", "tor", "--unlabeled",
                  str(tmp_path / "bad.csv"), "--quiet"]) == 2

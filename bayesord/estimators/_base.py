@@ -32,6 +32,8 @@ class OrdinalEstimator(BaseEstimator):
     """
 
     _accept_sparse = False
+    # Why every declared class needs a training row (the end of the error message otherwise).
+    _why_every_class = "every declared class needs at least one sample to place its thresholds"
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -43,17 +45,16 @@ class OrdinalEstimator(BaseEstimator):
                       require_all_classes=True):
         """Check (X, y, weights); set ``classes_``, ``n_features_in_``, ``feature_names_in_``.
 
-        ``classes`` is the label order passed to ``fit``; an estimator with a ``classes``
-        parameter of its own uses that when ``fit`` gets none, and the two must agree when
-        both are given.
+        ``classes`` is the label order passed to ``fit``; the estimator's own ``classes``
+        parameter is used when ``fit`` gets none, and the two must agree when both are given.
 
         Returns:
             (X, codes, sample_weight) with codes in 0..K-1.
         """
-        own = getattr(self, "classes", None)
+        own = self.classes
         if classes is None:
             classes = own
-        elif own is not None and (len(own) != len(classes) or any(a != b for a, b in zip(own, classes))):
+        elif own is not None and not same_order(own, classes):
             raise ValueError(f"classes={list(classes)!r} passed to fit differs from the estimator's "
                              f"classes={list(own)!r}; give one of them")
         X, names = check_X(X, accept_sparse=self._accept_sparse)
@@ -67,10 +68,7 @@ class OrdinalEstimator(BaseEstimator):
             )
         if require_all_classes and present.size < len(classes_):
             missing = [classes_[k] for k in range(len(classes_)) if k not in set(present.tolist())]
-            raise ValueError(
-                f"classes {missing} have no training samples; every declared class needs at least "
-                "one sample to place its thresholds"
-            )
+            raise ValueError(f"classes {missing} have no training samples; {self._why_every_class}")
         self.classes_ = classes_
         self.n_features_in_ = X.shape[1]
         if names is not None:
@@ -96,6 +94,11 @@ class OrdinalEstimator(BaseEstimator):
 
     def _decode(self, codes):
         return np.asarray(self.classes_)[np.asarray(codes)]
+
+
+def same_order(a, b):
+    """Whether two label sequences are the same labels in the same order."""
+    return len(a) == len(b) and all(x == y for x, y in zip(a, b))
 
 
 def _labels_1d(y, n):

@@ -19,7 +19,7 @@ from .. import _perceptron as core
 from .._sparse import as_rows
 from .._status import check_status
 from .._validation import check_sample_weight, float_dtype
-from ._base import OrdinalEstimator, SnapshotSavableMixin, fresh_fit
+from ._base import OrdinalEstimator, SnapshotSavableMixin, fresh_fit, same_order
 
 __all__ = ["CuSumRank", "PRank"]
 
@@ -149,8 +149,7 @@ class _StructuredPerceptron(SnapshotSavableMixin, OrdinalEstimator):
                                               require_all_classes=False)
             state = core.init_state(self._config(len(self.classes_)), X.shape[1], dtype)
         else:
-            if classes is not None and (len(classes) != len(self.classes_) or
-                                        any(a != b for a, b in zip(classes, self.classes_))):
+            if classes is not None and not same_order(classes, self.classes_):
                 raise ValueError(f"classes={list(classes)!r} differs from the classes of the first "
                                  f"partial_fit call {list(self.classes_)!r}")
             X = self._validate_predict(X)

@@ -29,7 +29,7 @@ from .._progress import check_verbose
 from .._sparse import as_rows
 from .._status import check_status, warn_user
 from .._tor import TORConfig, fit_tor
-from .._validation import check_sample_weight, check_X, encode_labels, float_dtype
+from .._validation import check_sample_weight, check_X, float_dtype
 from ._base import OrdinalEstimator, SnapshotSavableMixin, fresh_fit
 
 __all__ = ["RedSVM", "TransductiveOrdinalRegression"]
@@ -227,6 +227,8 @@ class TransductiveOrdinalRegression(_RedSVMBase):
     """
 
     _format = "bayesord.TransductiveOrdinalRegression/1"
+    _why_every_class = ("the labeled rows must show every declared class: TOR's pseudo-label "
+                        "initialisation (Algorithm 2) hands out classes in the labeled class ratios")
 
     def __init__(self, C=1.0, loss="hinge", kernel="linear", gamma=None, n_components=None,
                  fit_intercept=True, tol=1e-4, max_iter=1000, c2_init=1e-5, c2_growth=2.0,
@@ -301,7 +303,7 @@ class TransductiveOrdinalRegression(_RedSVMBase):
         else:
             X_lab, y_lab = X, y
             X_unl = None
-        X_lab, codes, sw = self._validate_labeled(X_lab, y_lab, sample_weight, classes)
+        X_lab, codes, sw = self._validate_fit(X_lab, y_lab, sample_weight, classes)
         if X_unl is None and X_unlabeled is not None:
             X_unl, _ = check_X(X_unlabeled, name="X_unlabeled", accept_sparse=True)
             if X_unl.shape[1] != X_lab.shape[1]:
@@ -367,16 +369,3 @@ class TransductiveOrdinalRegression(_RedSVMBase):
         self.n_iter_ = int(res.n_iter)
         self.converged_ = bool(res.converged)
         return self
-
-    def _validate_labeled(self, X, y, sample_weight, classes):
-        """Like ``_validate_fit`` but with the TOR-specific message for missing classes."""
-        Xc, _ = check_X(X, accept_sparse=True)
-        codes, classes_ = encode_labels(y, self.classes if classes is None else classes, n=Xc.shape[0])
-        present = np.unique(codes)
-        if present.size < len(classes_):
-            missing = [classes_[k] for k in range(len(classes_)) if k not in set(present.tolist())]
-            raise ValueError(
-                f"classes {missing} do not occur among the labeled rows; TOR's pseudo-label "
-                "initialisation (Algorithm 2) hands out classes in the labeled class ratios, so "
-                "every declared class needs at least one labeled row")
-        return self._validate_fit(X, y, sample_weight, classes)
