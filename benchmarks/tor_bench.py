@@ -10,7 +10,10 @@ Reproduces, at reduced or full size:
 * ``real``: Section V-A/B.  abalone, bank8fm, california_housing, target cut into 5
   equal-frequency classes, features standardised on all rows, labeled sizes 100/200/400,
   the rest unlabeled; C1 by 5-fold CV of RED-SVM on the labeled rows; perceptron kernel
-  (Delta_p = 0) through a Nystrom map with ``--landmarks`` rows.
+  (Delta_p = 0) through a Nystrom map with ``--landmarks`` rows.  ``--datasets treebank``
+  runs the same protocol on the Treebank sentences (train and test files together, 11,855
+  unit-length sparse rows, 5 classes) with the linear kernel, the closest shared analogue
+  of the paper's sentiment sets (Section V-D, Figs. 10-11).
 * ``sensitivity``: Section VI-A3 / Fig. 9.  400 labeled rows, C1 fixed at each value of the
   ``--c-min`` ... ``--c-max`` grid (no CV), RED-SVM and TOR side by side on the same splits
   as ``real``; the paper finds TOR better at every C1 and less sensitive to it.  Not in the
@@ -39,6 +42,7 @@ import time
 from pathlib import Path
 
 import jax
+import scipy.sparse as sp
 
 jax.config.update("jax_enable_x64", True)
 
@@ -55,7 +59,7 @@ from bayesord._redsvm import (  # noqa: E402
 )
 from bayesord._sparse import to_padded_rows  # noqa: E402
 from bayesord._tor import TORConfig, fit_tor, make_tor_synthetic  # noqa: E402
-from bayesord.datasets import equal_frequency_bins, load_csv  # noqa: E402
+from bayesord.datasets import equal_frequency_bins, load_csv, load_shared  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "datasets"
@@ -130,6 +134,31 @@ def load_real(name):
     return X, equal_frequency_bins(np.asarray(y, np.float64), 5) - 1
 
 
+def load_text():
+    """Treebank: both LIBSVM files stacked, sparse CSR rows of unit length, codes 0..4."""
+    d = load_shared("treebank", root=DATA)
+    y = np.concatenate([d.y, d.y_test])
+    return sp.vstack([d.X, d.X_test]).tocsr(), np.searchsorted(np.unique(y), y)
+
+
+def found(name):
+    return (DATA / "treebank" / "treebank.train").exists() if name == "treebank" else \
+        (DATA / f"{name}.csv.gz").exists()
+
+
+def load_any(name):
+    return load_text() if name == "treebank" else load_real(name)
+
+
+def split_features(X, lab, landmarks, seed):
+    """Features of all rows and of the labeled rows: the sparse rows themselves (linear
+    kernel, as the paper for its sentiment sets) or the perceptron-kernel Nystrom map."""
+    if sp.issparse(X):
+        return to_padded_rows(X, multiple=32), to_padded_rows(X[lab], multiple=32)
+    Z = kernel_features(X, landmarks, seed)
+    return Z, Z[lab]
+
+
 def kernel_features(X, landmarks, seed):
     rng = np.random.default_rng(seed)
     idx = np.sort(rng.choice(X.shape[0], min(landmarks, X.shape[0]), replace=False))
@@ -154,34 +183,45 @@ def cv_c(Z, codes, K, grid, tol, seed):
     return float(grid[int(np.argmin(errs))]), errs
 
 
+def real_sets(args):
+    """(name, X, codes) for each of --datasets that is present; a 1,500-row subsample of the
+    first one in quick mode."""
+    for name in args.datasets.split(",")[:1] if args.quick else args.datasets.split(","):
+        if not found(name):
+            print(f"{name}: not found under {DATA}, skipped")
+            continue
+        X, codes = load_any(name)
+        if args.quick:  # a subsample keeps the quick mode short
+            keep = np.random.default_rng(0).choice(X.shape[0], 1500, replace=False)
+            X, codes = X[keep], codes[keep]
+        yield name, X, codes
+
+
+def labeled_split(n, n_lab, r):
+    """Realisation r at n_lab labeled rows: the labeled indices and the unlabeled mask."""
+    lab = np.random.default_rng(100 * r + n_lab).choice(n, n_lab, replace=False)
+    unl = np.ones(n, bool)
+    unl[lab] = False
+    return lab, unl
+
+
 def bench_real(args):
-    names = args.datasets.split(",")
     sizes = [int(v) for v in args.sizes.split(",")]
     reps = args.reps or (1 if args.quick else 20)
     grid = [0.1, 1.0, 10.0] if args.quick else [10.0**k for k in range(args.c_min, args.c_max + 1)]
     out = {}
-    print(f"\n== real data (5 equal-frequency classes, perceptron kernel, {args.landmarks} landmarks, "
-          f"{reps} realisations, C1 grid {grid}) ==")
+    print(f"\n== real data (5 equal-frequency classes, perceptron kernel with {args.landmarks} landmarks or "
+          f"linear for treebank, {reps} realisations, C1 grid {grid}) ==")
     print(f"{'data':>18} {'lab':>4} {'C1':>7} {'RED zo':>7} {'ratio zo':>8} {'TOR zo':>7} {'model zo':>8} "
           f"{'RED mae':>7} {'TOR mae':>7} {'retr':>5} {'sec':>7}")
-    for name in names[:1] if args.quick else names:
-        if not (DATA / f"{name}.csv.gz").exists():
-            print(f"{name}: not found under {DATA}, skipped")
-            continue
-        X, codes = load_real(name)
-        if args.quick:  # a subsample keeps the quick mode short
-            keep = np.random.default_rng(0).choice(X.shape[0], 1500, replace=False)
-            X, codes = X[keep], codes[keep]
+    for name, X, codes in real_sets(args):
         out[name] = {}
         for n_lab in sizes[:1] if args.quick else sizes:
             rows = []
             for r in range(args.first_rep, args.first_rep + reps):
-                rng = np.random.default_rng(100 * r + n_lab)
-                lab = rng.choice(X.shape[0], n_lab, replace=False)
-                unl = np.ones(X.shape[0], bool)
-                unl[lab] = False
-                Z = kernel_features(X, args.landmarks, r)
-                C1, cv_errs = cv_c(Z[lab], codes[lab], 5, grid, args.tol, r)
+                lab, unl = labeled_split(X.shape[0], n_lab, r)
+                Z, Z_lab = split_features(X, lab, args.landmarks, r)
+                C1, cv_errs = cv_c(Z_lab, codes[lab], 5, grid, args.tol, r)
                 row = run_split(Z, codes, unl, 5, C1, args.tol, r, swap_rule=args.swap_rule)
                 row["C1"] = C1
                 rows.append(row)
@@ -198,7 +238,6 @@ def bench_real(args):
 
 def bench_sensitivity(args):
     """Fig. 9: zero-one error on the unlabeled rows at each fixed C1 (no CV)."""
-    names = args.datasets.split(",")
     n_lab = args.sens_size
     reps = args.reps or (1 if args.quick else 20)
     grid = [0.01, 1.0] if args.quick else [10.0**k for k in range(args.c_min, args.c_max + 1)]
@@ -206,22 +245,12 @@ def bench_sensitivity(args):
     print(f"\n== sensitivity to C1 (Fig. 9): {n_lab} labeled, {reps} realisations, C1 fixed at {grid} ==")
     print(f"{'data':>18} {'C1':>7} {'RED zo':>7} {'ratio zo':>8} {'TOR zo':>7} {'TOR-RED':>8} {'s.e.':>6} "
           f"{'TOR wins':>8} {'sec':>7}")
-    for name in names[:1] if args.quick else names:
-        if not (DATA / f"{name}.csv.gz").exists():
-            print(f"{name}: not found under {DATA}, skipped")
-            continue
-        X, codes = load_real(name)
-        if args.quick:
-            keep = np.random.default_rng(0).choice(X.shape[0], 1500, replace=False)
-            X, codes = X[keep], codes[keep]
+    for name, X, codes in real_sets(args):
         runs = {str(C): [] for C in grid}
         for r in range(args.first_rep, args.first_rep + reps):
             # the same labeled rows and kernel map as realisation r of bench_real at this size
-            rng = np.random.default_rng(100 * r + n_lab)
-            lab = rng.choice(X.shape[0], n_lab, replace=False)
-            unl = np.ones(X.shape[0], bool)
-            unl[lab] = False
-            Z = kernel_features(X, args.landmarks, r)
+            lab, unl = labeled_split(X.shape[0], n_lab, r)
+            Z, _ = split_features(X, lab, args.landmarks, r)
             for C in grid:
                 runs[str(C)].append(run_split(Z, codes, unl, 5, C, args.tol, r, swap_rule=args.swap_rule))
         out[name] = {}
@@ -321,7 +350,7 @@ def main(argv=None):
                     help="index of the first realisation, to extend an earlier run (the JSON's "
                          "runs[i] is realisation first_rep + i; seeds follow the index)")
     ap.add_argument("--datasets", default="abalone,bank8fm,california_housing",
-                    help="real datasets (comma-separated)")
+                    help="real datasets (comma-separated; treebank for the sparse text set)")
     ap.add_argument("--sizes", default="100,200,400", help="labeled sizes for the real-data part")
     ap.add_argument("--c-min", type=int, default=-3,
                     help="log10 of the smallest C1 in the CV grid (in the fixed grid for sensitivity)")
