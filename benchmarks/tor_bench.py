@@ -134,29 +134,25 @@ def load_real(name):
     return X, equal_frequency_bins(np.asarray(y, np.float64), 5) - 1
 
 
-def load_text():
-    """Treebank: both LIBSVM files stacked, sparse CSR rows of unit length, codes 0..4."""
+def load_any(name):
+    """(X, codes 0..4): Treebank's two LIBSVM files stacked (sparse CSR, unit-length rows), or a
+    CSV set standardised and cut into 5 classes.  FileNotFoundError when it is absent."""
+    if name != "treebank":
+        return load_real(name)
     d = load_shared("treebank", root=DATA)
     y = np.concatenate([d.y, d.y_test])
     return sp.vstack([d.X, d.X_test]).tocsr(), np.searchsorted(np.unique(y), y)
 
 
-def found(name):
-    return (DATA / "treebank" / "treebank.train").exists() if name == "treebank" else \
-        (DATA / f"{name}.csv.gz").exists()
+def features(X, landmarks, seed):
+    """Sparse rows as they are (linear kernel, as the paper for its sentiment sets), or the
+    perceptron-kernel Nystrom map of dense rows."""
+    return to_padded_rows(X, multiple=32) if sp.issparse(X) else kernel_features(X, landmarks, seed)
 
 
-def load_any(name):
-    return load_text() if name == "treebank" else load_real(name)
-
-
-def split_features(X, lab, landmarks, seed):
-    """Features of all rows and of the labeled rows: the sparse rows themselves (linear
-    kernel, as the paper for its sentiment sets) or the perceptron-kernel Nystrom map."""
-    if sp.issparse(X):
-        return to_padded_rows(X, multiple=32), to_padded_rows(X[lab], multiple=32)
-    Z = kernel_features(X, landmarks, seed)
-    return Z, Z[lab]
+def take_rows(Z, rows):
+    """Rows of a dense matrix or of a PaddedRows (a pytree of per-row arrays)."""
+    return jax.tree_util.tree_map(lambda a: a[rows], Z)
 
 
 def kernel_features(X, landmarks, seed):
@@ -187,10 +183,11 @@ def real_sets(args):
     """(name, X, codes) for each of --datasets that is present; a 1,500-row subsample of the
     first one in quick mode."""
     for name in args.datasets.split(",")[:1] if args.quick else args.datasets.split(","):
-        if not found(name):
+        try:
+            X, codes = load_any(name)
+        except FileNotFoundError:
             print(f"{name}: not found under {DATA}, skipped")
             continue
-        X, codes = load_any(name)
         if args.quick:  # a subsample keeps the quick mode short
             keep = np.random.default_rng(0).choice(X.shape[0], 1500, replace=False)
             X, codes = X[keep], codes[keep]
@@ -220,8 +217,8 @@ def bench_real(args):
             rows = []
             for r in range(args.first_rep, args.first_rep + reps):
                 lab, unl = labeled_split(X.shape[0], n_lab, r)
-                Z, Z_lab = split_features(X, lab, args.landmarks, r)
-                C1, cv_errs = cv_c(Z_lab, codes[lab], 5, grid, args.tol, r)
+                Z = features(X, args.landmarks, r)
+                C1, cv_errs = cv_c(take_rows(Z, lab), codes[lab], 5, grid, args.tol, r)
                 row = run_split(Z, codes, unl, 5, C1, args.tol, r, swap_rule=args.swap_rule)
                 row["C1"] = C1
                 rows.append(row)
@@ -250,7 +247,7 @@ def bench_sensitivity(args):
         for r in range(args.first_rep, args.first_rep + reps):
             # the same labeled rows and kernel map as realisation r of bench_real at this size
             lab, unl = labeled_split(X.shape[0], n_lab, r)
-            Z, _ = split_features(X, lab, args.landmarks, r)
+            Z = features(X, args.landmarks, r)
             for C in grid:
                 runs[str(C)].append(run_split(Z, codes, unl, 5, C, args.tol, r, swap_rule=args.swap_rule))
         out[name] = {}
