@@ -11,7 +11,8 @@ unlabeled rows::
 with the ordinal loss of Eq. (6) (any loss of :data:`bayesord._redsvm.LOSSES`).
 
 1. Pseudo-labels (Algorithm 2): fit RED-SVM on the labeled rows only, sort the unlabeled
-   rows by ``w.x`` and hand out classes 1..K in the labeled class ratios.
+   rows by ``w.x`` and hand out classes 1..K in the labeled class ratios (or in ratios the
+   caller knows, ``class_ratios``, as the positive fraction ``-p`` of Joachims' TSVM).
 2. Annealing (Algorithm 1): ``C2`` starts at ``c2_init`` (1e-5) and is multiplied by
    ``c2_growth`` (2) while it is below ``C1``.  In each stage: retrain (warm start), then for
    each adjacent pair ``k, k+1`` swap the labels of the unlabeled pair ``i, j`` with
@@ -142,20 +143,25 @@ class TORResult(NamedTuple):
     """:class:`bayesord._status.Status` code."""
 
 
-def init_pseudo_labels(h, unlabeled, codes, n_classes: int):
+def init_pseudo_labels(h, unlabeled, codes, n_classes: int, ratio=None):
     """Algorithm 2 lines 4 and 6-11: class-ratio labels for the unlabeled rows sorted by ``h``.
 
     Args:
         h: (n,) scores ``w.x`` of the labeled-only model.
         unlabeled: (n,) bool mask.
         codes: (n,) codes of the labeled rows (ignored where ``unlabeled``).
+        n_classes: K.
+        ratio: (K,) class proportions to hand out, summing to 1.  None (the paper): the
+            proportions of the labeled rows.
 
     Returns:
-        (n,) codes: unchanged on labeled rows, assigned on unlabeled rows.
+        (n,) codes: unchanged on labeled rows, assigned on unlabeled rows; the first
+        ``round(ratio_1 u)`` unlabeled rows in ascending ``h`` get class 0, and so on.
     """
-    lab = ~unlabeled
-    counts = jnp.sum((codes[:, None] == jnp.arange(n_classes)[None, :]) & lab[:, None], axis=0)
-    ratio = counts / jnp.maximum(jnp.sum(counts), 1)
+    if ratio is None:
+        lab = ~unlabeled
+        counts = jnp.sum((codes[:, None] == jnp.arange(n_classes)[None, :]) & lab[:, None], axis=0)
+        ratio = counts / jnp.maximum(jnp.sum(counts), 1)
     u = jnp.sum(unlabeled)
     # rank of each unlabeled row among the unlabeled rows, ascending in h
     key = jnp.where(unlabeled, h, jnp.inf)
@@ -220,7 +226,7 @@ def _objective(X, labels, c, w, theta, b, loss):
     return 0.5 * jnp.dot(w, w) + 0.5 * jnp.dot(theta, theta) + jnp.sum(c * _row_losses(h, theta, b, labels, loss))
 
 
-def _fit_tor_impl(X, codes, unlabeled, weight, C1, c2_init, c2_growth, tol, key, config):
+def _fit_tor_impl(X, codes, unlabeled, weight, C1, c2_init, c2_growth, tol, key, ratio, config):
     dtype = weight.dtype
     cfg = config.redsvm
     loss = config.loss
@@ -269,7 +275,7 @@ def _fit_tor_impl(X, codes, unlabeled, weight, C1, c2_init, c2_growth, tol, key,
         common = dict(n_iter=st["n_iter"] + r.n_iter, all_conv=st["all_conv"] & r.converged)
 
         def initialise():
-            labels0 = init_pseudo_labels(row_dots(X, r.w), unlabeled, codes, K)
+            labels0 = init_pseudo_labels(row_dots(X, r.w), unlabeled, codes, K, ratio)
             return dict(st, started=jnp.ones((), bool), labels=labels0, init_labels=labels0,
                         alpha=r.alpha, w=r.w, theta=r.theta, b=r.b, init_w=r.w,
                         init_theta=r.theta, init_b=r.b, bad=~jnp.isfinite(r.objective), **common)
@@ -323,7 +329,7 @@ _fit_tor_jit = jit_serial_cpu(_fit_tor_impl, static_argnames=("config",))
 
 
 def fit_tor(X, codes, unlabeled, config: TORConfig, *, C1=1.0, c2_init=1e-5, c2_growth=2.0,
-            weight=None, tol=1e-6, key=None) -> TORResult:
+            weight=None, tol=1e-6, key=None, class_ratios=None) -> TORResult:
     """Algorithm 1: transductive ordinal regression over RED-SVM.
 
     Args:
@@ -338,10 +344,13 @@ def fit_tor(X, codes, unlabeled, config: TORConfig, *, C1=1.0, c2_init=1e-5, c2_
         weight: (n,) per-row weights (default ones).
         tol: relative duality-gap tolerance of each inner solve.
         key: PRNG key for the coordinate orders.
+        class_ratios: (K,) proportions of the classes among the unlabeled rows, summing to
+            1, for the pseudo-labels of Algorithm 2 (which the swaps then keep).  None (the
+            paper): the proportions of the labeled rows.
 
     Returns:
         :class:`TORResult`.  The caller validates the schedule (``0 < c2_init``,
-        ``c2_growth > 1``); the estimator does this.
+        ``c2_growth > 1``) and the ratios; the estimator does this.
     """
     if not isinstance(X, PaddedRows):
         X = jnp.asarray(X)
@@ -353,7 +362,8 @@ def fit_tor(X, codes, unlabeled, config: TORConfig, *, C1=1.0, c2_init=1e-5, c2_
         key = jax.random.PRNGKey(0)
     return _fit_tor_jit(X, codes, unlabeled, weight, jnp.asarray(C1, dtype),
                         jnp.asarray(c2_init, dtype), jnp.asarray(c2_growth, dtype),
-                        jnp.asarray(tol, dtype), key, config)
+                        jnp.asarray(tol, dtype), key,
+                        None if class_ratios is None else jnp.asarray(class_ratios, dtype), config)
 
 
 def make_tor_synthetic(n_samples: int = 2500, p: float = 0.1, *, n_classes: int = 5,

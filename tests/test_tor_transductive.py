@@ -35,16 +35,18 @@ def blobs(seed=0, n=90, K=3, d=2):
 # ----------------------------------------------------------------- Algorithm 2
 
 
-def test_pseudo_labels_follow_ratios_and_order():
+@pytest.mark.parametrize("given", [None, (0.1, 0.0, 0.55, 0.35)])
+def test_pseudo_labels_follow_ratios_and_order(given):
     rng = np.random.default_rng(0)
     n, K = 57, 4
     unl = rng.random(n) < 0.7
     codes = rng.integers(0, K, n)
     h = rng.normal(size=n)
-    out = np.asarray(init_pseudo_labels(jnp.asarray(h), jnp.asarray(unl), jnp.asarray(codes), K))
+    out = np.asarray(init_pseudo_labels(jnp.asarray(h), jnp.asarray(unl), jnp.asarray(codes), K,
+                                        None if given is None else jnp.asarray(given)))
     np.testing.assert_array_equal(out[~unl], codes[~unl])
     # brute-force reference: walk the unlabeled rows in ascending h and fill classes in turn
-    ratio = np.bincount(codes[~unl], minlength=K) / np.sum(~unl)
+    ratio = np.bincount(codes[~unl], minlength=K) / np.sum(~unl) if given is None else np.array(given)
     u = unl.sum()
     bounds = np.round(np.cumsum(ratio)[:-1] * u).astype(int)
     ref = np.empty(u, int)
@@ -182,6 +184,26 @@ def test_mask_and_separate_unlabeled_agree_and_labels_map_back():
     assert a.n_swaps_ == a.swaps_per_stage_.sum()
 
 
+def test_class_ratios_set_the_transduced_class_counts():
+    X, y = blobs(9, n=120)
+    unl = np.arange(120) >= 30
+    est = dict(C=1.0, c2_init=1e-2, tol=1e-4, random_state=0)
+    # labeled proportions given explicitly: the same fit as the default (Algorithm 2)
+    lab_ratio = np.bincount(y[~unl], minlength=3) / np.sum(~unl)
+    a = TransductiveOrdinalRegression(**est).fit(X[~unl], y[~unl], X_unlabeled=X[unl])
+    b = TransductiveOrdinalRegression(class_ratios=lab_ratio, **est).fit(X[~unl], y[~unl], X_unlabeled=X[unl])
+    np.testing.assert_array_equal(a.transduction_, b.transduction_)
+    # other proportions: Algorithm 2 hands them out (90 rows: 18, 27, 45) and swaps keep them
+    c = TransductiveOrdinalRegression(class_ratios=[0.2, 0.3, 0.5], **est).fit(
+        X[~unl], y[~unl], X_unlabeled=X[unl])
+    np.testing.assert_array_equal(np.bincount(c.init_transduction_, minlength=3), [18, 27, 45])
+    np.testing.assert_array_equal(np.bincount(c.transduction_, minlength=3), [18, 27, 45])
+    # the pseudo-labels are the labeled-only model's score order cut at those counts
+    h0 = RedSVM(C=1.0, tol=1e-4, random_state=0).fit(X[~unl], y[~unl]).decision_function(X[unl])
+    order = np.argsort(h0, kind="stable")
+    np.testing.assert_array_equal(c.init_transduction_[order], np.repeat([0, 1, 2], [18, 27, 45]))
+
+
 def test_sparse_input_and_synthetic_generator():
     X, y = make_tor_synthetic(300, p=0.0, n_classes=3, block=200, density=0.05, random_state=0)
     assert X.shape == (300, 200 * 5) and sp.isspmatrix_csr(X)
@@ -218,6 +240,16 @@ def test_bad_input():
         T(c2_growth=1.0).fit(X, y, X_unlabeled=X)
     with pytest.raises(ValueError, match="swap_rule"):
         T(swap_rule="all").fit(X, y, X_unlabeled=X)
+    with pytest.raises(ValueError, match="one entry per class"):
+        T(class_ratios=[0.5, 0.5]).fit(X, y, X_unlabeled=X)
+    with pytest.raises(ValueError, match="sum to 1"):
+        T(class_ratios=[0.5, 0.5, 0.5]).fit(X, y, X_unlabeled=X)
+    with pytest.raises(ValueError, match="non-negative"):
+        T(class_ratios=[1.2, -0.2, 0.0]).fit(X, y, X_unlabeled=X)
+    with pytest.raises(ValueError, match="non-negative"):
+        T(class_ratios=[np.nan, 0.5, 0.5]).fit(X, y, X_unlabeled=X)
+    with pytest.raises(TypeError, match="sequence of numbers"):
+        T(class_ratios=["a", "b", "c"]).fit(X, y, X_unlabeled=X)
     with pytest.raises(ValueError, match="not both"):
         T().fit(X, y, X_unlabeled=X, unlabeled_mask=np.zeros(90, bool))
     with pytest.raises(TypeError, match="boolean"):

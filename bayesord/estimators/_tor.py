@@ -207,6 +207,12 @@ class TransductiveOrdinalRegression(_RedSVMBase):
         max_retrains: cap on retrainings (the objective trace's capacity).
         swap_rule: "eq5" (the paper's Eq. 5: both rows predicted beyond their label) or
             "descent" (any adjacent pair whose swap lowers the loss, Joachims' TSVM rule).
+        class_ratios: the proportion of each class (in the order of ``classes_``) among the
+            unlabeled rows, when it is known better than from a small labeled sample, e.g.
+            classes defined as quantiles.  Algorithm 2 hands out its pseudo-labels in these
+            proportions and the swaps keep them (like the positive fraction ``-p`` of
+            Joachims' TSVM in SVMlight).  None (default, the paper): the labeled rows'
+            proportions.  Non-negative, one per class, summing to 1.
         verbose: report progress on stderr (0, the default: silent): one updating line
             per retraining (``TOR stage 3/17  C2 4e-05  retrainings 57  swaps 120
             objective ...``); the results do not change.
@@ -232,7 +238,8 @@ class TransductiveOrdinalRegression(_RedSVMBase):
 
     def __init__(self, C=1.0, loss="hinge", kernel="linear", gamma=None, n_components=None,
                  fit_intercept=True, tol=1e-4, max_iter=1000, c2_init=1e-5, c2_growth=2.0,
-                 max_retrains=5000, swap_rule="eq5", classes=None, random_state=None, verbose=0):
+                 max_retrains=5000, swap_rule="eq5", class_ratios=None, classes=None, random_state=None,
+                 verbose=0):
         self.C = C
         self.loss = loss
         self.kernel = kernel
@@ -246,6 +253,7 @@ class TransductiveOrdinalRegression(_RedSVMBase):
         self.c2_growth = c2_growth
         self.max_retrains = max_retrains
         self.swap_rule = swap_rule
+        self.class_ratios = class_ratios
         self.random_state = random_state
         self.verbose = verbose
 
@@ -264,6 +272,22 @@ class TransductiveOrdinalRegression(_RedSVMBase):
             raise ValueError(f"max_retrains must be a positive integer, got {self.max_retrains!r}")
         check_verbose(self.verbose)
 
+    def _check_ratios(self, n_classes):
+        """``class_ratios`` as a float array of length K, or None; ValueError if malformed."""
+        if self.class_ratios is None:
+            return None
+        try:
+            r = np.asarray(self.class_ratios, dtype=float)
+        except (TypeError, ValueError):
+            raise TypeError(f"class_ratios must be a sequence of numbers, got {self.class_ratios!r}") from None
+        if r.shape != (n_classes,):
+            raise ValueError(f"class_ratios must have one entry per class ({n_classes}), got shape {r.shape}")
+        if not np.all(np.isfinite(r)) or np.any(r < 0):
+            raise ValueError(f"class_ratios must be finite and non-negative, got {r.tolist()}")
+        if abs(r.sum() - 1.0) > 1e-6:
+            raise ValueError(f"class_ratios must sum to 1, got {r.tolist()} (sum {r.sum():.6g})")
+        return r
+
     @fresh_fit
     def fit(self, X, y, X_unlabeled=None, unlabeled_mask=None, classes=None, sample_weight=None):
         """Fit on labeled rows plus unlabeled rows and label the latter.
@@ -279,7 +303,8 @@ class TransductiveOrdinalRegression(_RedSVMBase):
 
         Raises:
             ValueError: both or malformed unlabeled specifications, a feature-count mismatch,
-                a declared class missing from the labeled rows, bad schedule parameters.
+                a declared class missing from the labeled rows, bad schedule parameters,
+                ``class_ratios`` of the wrong length, negative, or not summing to 1.
         """
         self._check_params()
         self._check_schedule()
@@ -304,6 +329,7 @@ class TransductiveOrdinalRegression(_RedSVMBase):
             X_lab, y_lab = X, y
             X_unl = None
         X_lab, codes, sw = self._validate_fit(X_lab, y_lab, sample_weight, classes)
+        ratios = self._check_ratios(len(self.classes_))
         if X_unl is None and X_unlabeled is not None:
             X_unl, _ = check_X(X_unlabeled, name="X_unlabeled", accept_sparse=True)
             if X_unl.shape[1] != X_lab.shape[1]:
@@ -347,7 +373,8 @@ class TransductiveOrdinalRegression(_RedSVMBase):
             return self
 
         res = fit_tor(Z, codes_all, unl, config, C1=self.C, c2_init=self.c2_init,
-                      c2_growth=self.c2_growth, weight=weight, tol=self.tol, key=k_fit)
+                      c2_growth=self.c2_growth, weight=weight, tol=self.tol, key=k_fit,
+                      class_ratios=ratios)
         check_status(res.status, "TransductiveOrdinalRegression")
         self._set_model(res.w, res.theta, res.b)
         labels = np.asarray(res.labels)
