@@ -69,8 +69,12 @@ def errors(pred, true):
     return float(np.mean(pred != true)), float(np.mean(np.abs(pred - true)))
 
 
-def run_split(Z, codes, unl, K, C1, tol, seed, max_retrains=5000, swap_rule="eq5"):
-    """RED-SVM (Eq. 3 and Algorithm 2 labels) and TOR on one split; returns a dict."""
+def run_split(Z, codes, unl, K, C1, tol, seed, max_retrains=5000, swap_rule="eq5", known_ratios=False):
+    """RED-SVM (Eq. 3 and Algorithm 2 labels) and TOR on one split; returns a dict.
+
+    ``known_ratios``: also run TOR with Algorithm 2 handing out the class proportions of all
+    rows (``class_ratios``) instead of the labeled rows' (columns ``tor_known_*``).
+    """
     t0 = time.perf_counter()
     res = fit_tor(Z, np.where(unl, 0, codes), unl, TORConfig(K, max_retrains=max_retrains, swap_rule=swap_rule), C1=C1,
                   tol=tol, key=jax.random.PRNGKey(seed))
@@ -88,6 +92,11 @@ def run_split(Z, codes, unl, K, C1, tol, seed, max_retrains=5000, swap_rule="eq5
     out["tor_model_zo"], out["tor_model_mae"] = errors(pred_model, true)
     out.update(seconds=dt, retrains=int(res.n_retrains), swaps=int(res.n_swaps),
                stages=int(res.n_stages), rejected=int(res.n_rejected), status=int(res.status))
+    if known_ratios:
+        res_k = fit_tor(Z, np.where(unl, 0, codes), unl, TORConfig(K, max_retrains=max_retrains, swap_rule=swap_rule),
+                        C1=C1, tol=tol, key=jax.random.PRNGKey(seed),
+                        class_ratios=np.bincount(codes, minlength=K) / codes.shape[0])
+        out["tor_known_zo"], out["tor_known_mae"] = errors(np.asarray(res_k.labels)[unl], true)
     return out
 
 
@@ -219,18 +228,40 @@ def bench_real(args):
                 lab, unl = labeled_split(X.shape[0], n_lab, r)
                 Z = features(X, args.landmarks, r)
                 C1, cv_errs = cv_c(take_rows(Z, lab), codes[lab], 5, grid, args.tol, r)
-                row = run_split(Z, codes, unl, 5, C1, args.tol, r, swap_rule=args.swap_rule)
+                row = run_split(Z, codes, unl, 5, C1, args.tol, r, swap_rule=args.swap_rule,
+                                known_ratios=args.known_ratios)
                 row["C1"] = C1
                 rows.append(row)
                 print(f"{'':>18} {n_lab:>4} {C1:7.3g} {row['redsvm_zo']:7.3f} {row['ratio_zo']:8.3f} "
                       f"{row['tor_zo']:7.3f} {row['tor_model_zo']:8.3f} {row['redsvm_mae']:7.3f} {row['tor_mae']:7.3f} "
-                      f"{row['retrains']:5d} {row['seconds']:7.1f}  realisation {r}", flush=True)
-            m = summarise(rows)
+                      f"{row['retrains']:5d} {row['seconds']:7.1f}  realisation {r}{known_note(row)}", flush=True)
+            m = summarise(rows) | paired_vs_redsvm(rows)
             out[name][str(n_lab)] = {"mean": m, "runs": rows}
             print(f"{name:>18} {n_lab:>4} {m['C1']:7.3g} {m['redsvm_zo']:7.3f} {m['ratio_zo']:8.3f} "
                   f"{m['tor_zo']:7.3f} {m['tor_model_zo']:8.3f} {m['redsvm_mae']:7.3f} {m['tor_mae']:7.3f} {m['retrains']:5.1f} "
-                  f"{m['seconds']:7.1f}")
+                  f"{m['seconds']:7.1f}{known_note(m)}")
+            print(f"{'':>18} TOR - RED-SVM {m['tor_minus_redsvm']:+.4f} +- {m['se']:.4f} ({m['tor_wins']}/{len(rows)} wins)"
+                  + (f"; known ratios {m['tor_known_minus_redsvm']:+.4f} +- {m['se_known']:.4f} "
+                     f"({m['tor_known_wins']}/{len(rows)} wins)" if args.known_ratios else ""))
     return out
+
+
+def paired_vs_redsvm(rows):
+    """TOR's zero-one error minus RED-SVM's over realisations: mean, standard error, wins (and the
+    same for TOR with known class ratios when it was run)."""
+    out = {}
+    for tag, col in (("", "tor_zo"), ("_known", "tor_known_zo")):
+        if col not in rows[0]:
+            continue
+        diff = np.array([row[col] - row["redsvm_zo"] for row in rows])
+        out[f"tor{tag}_minus_redsvm"] = float(diff.mean())
+        out[f"se{tag}"] = float(diff.std(ddof=1) / np.sqrt(len(diff))) if len(diff) > 1 else float("nan")
+        out[f"tor{tag}_wins"] = int(np.sum(diff < 0))
+    return out
+
+
+def known_note(row):
+    return f"  known ratios {row['tor_known_zo']:.3f}" if "tor_known_zo" in row else ""
 
 
 def bench_sensitivity(args):
@@ -249,17 +280,17 @@ def bench_sensitivity(args):
             lab, unl = labeled_split(X.shape[0], n_lab, r)
             Z = features(X, args.landmarks, r)
             for C in grid:
-                runs[str(C)].append(run_split(Z, codes, unl, 5, C, args.tol, r, swap_rule=args.swap_rule))
+                runs[str(C)].append(run_split(Z, codes, unl, 5, C, args.tol, r, swap_rule=args.swap_rule,
+                                              known_ratios=args.known_ratios))
         out[name] = {}
         for C in grid:
             rows = runs[str(C)]
-            diff = np.array([row["tor_zo"] - row["redsvm_zo"] for row in rows])
-            se = float(diff.std(ddof=1) / np.sqrt(len(diff))) if len(diff) > 1 else float("nan")
-            m = summarise(rows) | {"tor_minus_redsvm": float(diff.mean()), "se": se,
-                                   "tor_wins": int(np.sum(diff < 0))}
+            m = summarise(rows) | paired_vs_redsvm(rows)
             out[name][str(C)] = {"mean": m, "runs": rows}
             print(f"{name:>18} {C:7.3g} {m['redsvm_zo']:7.3f} {m['ratio_zo']:8.3f} {m['tor_zo']:7.3f} "
-                  f"{m['tor_minus_redsvm']:+8.3f} {se:6.3f} {m['tor_wins']:>4d}/{len(rows):<3d} {m['seconds']:7.1f}",
+                  f"{m['tor_minus_redsvm']:+8.3f} {m['se']:6.3f} {m['tor_wins']:>4d}/{len(rows):<3d} {m['seconds']:7.1f}"
+                  + (f"  known ratios {m['tor_known_zo']:.3f} ({m['tor_known_minus_redsvm']:+.3f} +- "
+                     f"{m['se_known']:.3f}, {m['tor_known_wins']}/{len(rows)} wins)" if args.known_ratios else ""),
                   flush=True)
         # the best fixed C1 of each method, chosen on the unlabeled rows' own errors: an upper
         # bound on what any C1 selection rule can give either method on these splits
@@ -359,6 +390,9 @@ def main(argv=None):
     ap.add_argument("--c-time", type=float, default=1.0, help="C1 for the timing run")
     ap.add_argument("--swap-rule", default="eq5", choices=["eq5", "descent"],
                     help="TOR swap rule: the paper's Eq. (5) or any loss-decreasing pair")
+    ap.add_argument("--known-ratios", action="store_true",
+                    help="real and sensitivity parts: also run TOR with the class proportions of all rows "
+                         "(class_ratios) in place of the labeled rows' (Algorithm 2)")
     ap.add_argument("--out", default=None, help="file name under benchmarks/results (default tor.json)")
     ap.add_argument("--tol", type=float, default=1e-3, help="relative duality-gap tolerance")
     args = ap.parse_args(argv)
