@@ -81,9 +81,12 @@ def run_split(Z, codes, unl, K, C1, tol, seed, max_retrains=5000, swap_rule="eq5
     rows (``class_ratios``) instead of the labeled rows' (columns ``known_ratio_*`` for its
     pseudo-labels, ``tor_known_*`` for its result).
     """
+    def tor(class_ratios=None):
+        return fit_tor(Z, np.where(unl, 0, codes), unl, TORConfig(K, max_retrains=max_retrains, swap_rule=swap_rule),
+                       C1=C1, tol=tol, key=jax.random.PRNGKey(seed), class_ratios=class_ratios)
+
     t0 = time.perf_counter()
-    res = fit_tor(Z, np.where(unl, 0, codes), unl, TORConfig(K, max_retrains=max_retrains, swap_rule=swap_rule), C1=C1,
-                  tol=tol, key=jax.random.PRNGKey(seed))
+    res = tor()
     jax.block_until_ready(res)
     dt = time.perf_counter() - t0
     h0 = decision_scores(res.init_w, Z)
@@ -99,9 +102,7 @@ def run_split(Z, codes, unl, K, C1, tol, seed, max_retrains=5000, swap_rule="eq5
     out.update(seconds=dt, retrains=int(res.n_retrains), swaps=int(res.n_swaps),
                stages=int(res.n_stages), rejected=int(res.n_rejected), status=int(res.status))
     if known_ratios:
-        res_k = fit_tor(Z, np.where(unl, 0, codes), unl, TORConfig(K, max_retrains=max_retrains, swap_rule=swap_rule),
-                        C1=C1, tol=tol, key=jax.random.PRNGKey(seed),
-                        class_ratios=np.bincount(codes, minlength=K) / codes.shape[0])
+        res_k = tor(np.bincount(codes, minlength=K) / codes.shape[0])
         out["known_ratio_zo"], out["known_ratio_mae"] = errors(np.asarray(res_k.init_labels)[unl], true)
         out["tor_known_zo"], out["tor_known_mae"] = errors(np.asarray(res_k.labels)[unl], true)
     return out
@@ -246,10 +247,9 @@ def bench_real(args):
             out[name][str(n_lab)] = {"mean": m, "runs": rows}
             print(f"{name:>18} {n_lab:>4} {m['C1']:7.3g} {m['redsvm_zo']:7.3f} {m['ratio_zo']:8.3f} "
                   f"{m['tor_zo']:7.3f} {m['tor_model_zo']:8.3f} {m['redsvm_mae']:7.3f} {m['tor_mae']:7.3f} {m['retrains']:5.1f} "
-                  f"{m['seconds']:7.1f}{known_note(m)}")
-            print(f"{'':>18} TOR - RED-SVM {m['tor_minus_redsvm']:+.4f} +- {m['se']:.4f} ({m['tor_wins']}/{len(rows)} wins)"
-                  + (f"; known ratios {m['tor_known_minus_redsvm']:+.4f} +- {m['se_known']:.4f} "
-                     f"({m['tor_known_wins']}/{len(rows)} wins)" if args.known_ratios else ""))
+                  f"{m['seconds']:7.1f}")
+            print(f"{'':>18} TOR - RED-SVM {m['tor_minus_redsvm']:+.4f} +- {m['se']:.4f} "
+                  f"({m['tor_wins']}/{len(rows)} wins){known_summary(m, len(rows))}")
     return out
 
 
@@ -268,9 +268,18 @@ def paired_vs_redsvm(rows):
 
 
 def known_note(row):
+    """The known-ratio columns of one run or of a mean, when they were computed."""
     if "tor_known_zo" not in row:
         return ""
     return f"  known ratios: labels {row['known_ratio_zo']:.3f}, TOR {row['tor_known_zo']:.3f}"
+
+
+def known_summary(m, n):
+    """:func:`known_note` of a mean plus TOR-with-known-ratios minus RED-SVM (s.e., wins)."""
+    if "tor_known_zo" not in m:
+        return ""
+    return (f"{known_note(m)} ({m['tor_known_minus_redsvm']:+.4f} +- {m['se_known']:.4f}, "
+            f"{m['tor_known_wins']}/{n} wins)")
 
 
 def bench_sensitivity(args):
@@ -298,9 +307,7 @@ def bench_sensitivity(args):
             out[name][str(C)] = {"mean": m, "runs": rows}
             print(f"{name:>18} {C:7.3g} {m['redsvm_zo']:7.3f} {m['ratio_zo']:8.3f} {m['tor_zo']:7.3f} "
                   f"{m['tor_minus_redsvm']:+8.3f} {m['se']:6.3f} {m['tor_wins']:>4d}/{len(rows):<3d} {m['seconds']:7.1f}"
-                  + (f"{known_note(m)} ({m['tor_known_minus_redsvm']:+.3f} +- "
-                     f"{m['se_known']:.3f}, {m['tor_known_wins']}/{len(rows)} wins)" if args.known_ratios else ""),
-                  flush=True)
+                  f"{known_summary(m, len(rows))}", flush=True)
         # the best fixed C1 of each method, chosen on the unlabeled rows' own errors: an upper
         # bound on what any C1 selection rule can give either method on these splits
         best = {k: min(grid, key=lambda C: out[name][str(C)]["mean"][k]) for k in ("redsvm_zo", "tor_zo")}
