@@ -15,6 +15,9 @@ and the likelihood is the ordinal likelihood of :mod:`bayesord._likelihood` (Eq.
   optimum by the implicit function theorem (``dw*/deta = Sigma dG/deta`` where
   ``G = d logpost / dw``), reusing the Cholesky factor; the while loop itself is never
   differentiated.
+* :func:`joint_precision` is the negative Hessian of the log posterior over ``(w, b)``
+  (thresholds with a flat prior) at any point: the precision of the joint Laplace
+  posterior, which keeps the correlation between the weights and the thresholds.
 * :func:`newton_map_joint` maximises over ``(w, b)`` jointly (thresholds as parameters with
   a flat prior): the ordinal log-likelihood is jointly concave in ``(f, b)``, so Newton with
   backtracking (which also rejects any step that would break the threshold order)
@@ -42,6 +45,7 @@ __all__ = [
     "laplace_log_evidence",
     "JointResult",
     "newton_map_joint",
+    "joint_precision",
 ]
 
 _ARMIJO = 1e-4
@@ -361,3 +365,21 @@ def newton_map_joint(Phi, y, weights, b0, sigma, alpha, w0, rtol, *, link="probi
     loglik = value + 0.5 * jnp.sum(alpha * x[:m] ** 2)
     return JointResult(w=x[:m], b=x[m:], chol=L, log_post=value, loglik=loglik,
                        n_iter=n_iter, converged=converged, status=status)
+
+
+def joint_precision(Phi, y, weights, w, b, sigma, alpha, link="probit"):
+    """Cholesky factor of the joint Laplace precision over ``(w, b)`` at a given point.
+
+    The negative Hessian of ``log p(y | Phi w, b, sigma) - 1/2 w^T A w`` in ``(w, b)``
+    (a flat prior on the thresholds), shape (m + K-1, m + K-1).  At the joint MAP it is the
+    precision :func:`newton_map_joint` returns; at the type-II optimum of the evidence
+    (where ``w`` is the MAP for the tuned thresholds) it gives a Gaussian over ``(w, b)``
+    whose threshold block carries the curvature of the likelihood in ``b`` and whose
+    off-diagonal block carries the correlation between ``w`` and ``b``.
+
+    Returns:
+        (chol, ok): the lower Cholesky factor, and False when it failed.
+    """
+    t = ordinal_terms(Phi @ w, y, b, sigma, link)
+    _, precision = _joint_derivatives(Phi, y, weights, t, w, b.shape[0], alpha)
+    return safe_cholesky(precision)

@@ -260,25 +260,43 @@ def ordinal_loglik(f, y, b, sigma, link: str = "probit", weights=None):
     return jnp.sum(logp)
 
 
+def _standardised_thresholds(mean, scale, b):
+    """``z_k = (b_k - mean)/scale_k``, shape (n, K-1), made non-decreasing in k.
+
+    ``scale`` is one standard deviation per sample, shape (n,), or one per sample and
+    threshold, shape (n, K-1) (a predictive distribution whose thresholds are uncertain
+    too: the variance of ``b_k - f`` differs between thresholds).  With one scale per
+    sample ``z`` is increasing already; with one per threshold a Gaussian posterior that
+    lets two thresholds swap could make ``z`` decrease, and a running maximum keeps the
+    cumulative probabilities monotone (the class between them gets probability 0).
+    """
+    scale = scale[:, None] if scale.ndim == 1 else scale
+    return jax.lax.cummax((b[None, :] - mean[:, None]) / scale, axis=1)
+
+
 def log_cumulative_probs(mean, scale, b, link: str = "probit"):
-    """``log P(y <= k)`` for k = 0..K-2, shape (n, K-1): ``log F((b_k - mean)/scale)``."""
-    z = (b[None, :] - mean[:, None]) / scale[:, None]
-    return log_cdf(z, link)
+    """``log P(y <= k)`` for k = 0..K-2, shape (n, K-1): ``log F((b_k - mean)/scale_k)``.
+
+    ``scale`` has shape (n,) or (n, K-1), as in :func:`log_class_probs`.
+    """
+    return log_cdf(_standardised_thresholds(mean, scale, b), link)
 
 
 def log_class_probs(mean, scale, b, link: str = "probit"):
-    """Log class probabilities, shape (n, K), for latent ``N(mean, scale^2 - noise)`` etc.
+    """Log class probabilities, shape (n, K), of a latent value with mean ``mean``.
 
-    ``P(y = k) = F((b_{k+1} - mean)/scale) - F((b_k - mean)/scale)``, each computed by
+    ``P(y = k) = F((b_{k+1} - mean)/s_{k+1}) - F((b_k - mean)/s_k)``, each computed by
     :func:`log_interval` so rows are non-negative and sum to one to rounding.
 
     Args:
         mean: latent means, shape (n,).
         scale: total standard deviation per sample, shape (n,) (``sqrt(sigma^2 + v)``
-            for a probit with latent variance v).
+            for a probit with latent variance v), or per sample and threshold, shape
+            (n, K-1) (``sqrt(sigma^2 + Var(b_k - f))`` when the thresholds are uncertain
+            too; see :func:`_standardised_thresholds`).
         b: thresholds, shape (K-1,).
     """
-    z = (b[None, :] - mean[:, None]) / scale[:, None]
+    z = _standardised_thresholds(mean, scale, b)
     first = log_cdf(z[:, :1], link)
     last = log_cdf(-z[:, -1:], link)
     middle = log_interval(z[:, 1:], z[:, :-1], link)

@@ -23,6 +23,28 @@ no intercept either: the thresholds absorb it.
   gradient; here it is obtained by differentiation).  The Laplace posterior covers ``w``
   given the tuned hyperparameters.
 
+**Columns are standardised inside the model.**  The fit works with ``z = (x - c) / s``,
+``c`` and ``s`` the (weighted) column means and standard deviations of the training rows
+(:func:`bayesord._columns.column_moments`), and stores both in the result.  With a free
+threshold per class boundary the centred model is the same model (the thresholds absorb
+``c^T w``), but the Laplace posterior is then computed where the weights and the
+thresholds are nearly uncorrelated; and the prior is on the standardised coefficients
+``s_j w_j ~ N(0, 1/alpha_j)`` (``alpha`` is the precision of the effect of one standard
+deviation of a column).  So a per-column shift or rescaling of the data changes no
+prediction or band, and the coefficients change only by the rescaling itself.  The result
+reports the weights ``w`` per unit of the user's columns; thresholds are those of the
+centred latent ``(x - c)^T w``, and :func:`thresholds_at_zero` gives them (and their
+covariance) for ``x^T w``, as statsmodels and R's ``ordinal`` report them.
+
+**The predictive distribution integrates the joint posterior of (w, b).**  In both modes
+the result holds a Gaussian over the weights *and* the thresholds: the inverse of the joint
+negative Hessian of the log posterior (a flat prior on the thresholds), at the joint MAP
+("joint") or at the type-II optimum ("evidence"; :func:`bayesord._laplace.joint_precision`).
+With ``u_k = b_k - (x - c)^T w`` Gaussian under it,
+``P(y <= k | x) = E[F(u_k / sigma)] = Phi((b_k - m) / sqrt(sigma^2 + s_k^2))`` exactly for
+the probit, ``s_k^2 = Var(u_k) = x_c^T Sigma_ww x_c - 2 x_c^T Sigma_wb[:, k] + Sigma_bb[k, k]``
+(``docs/maths.md``, "The joint predictive distribution").
+
 Everything is a jitted pure function: ``fit_probit`` can be ``vmap``-ed over a grid of
 ``alpha`` values or over folds expressed as 0/1 sample weights.  float64 is recommended
 for the evidence path (enable ``jax_enable_x64``).
@@ -39,7 +61,14 @@ import jax.numpy as jnp
 import optax
 from jax.scipy.special import ndtri
 
-from ._laplace import laplace_at, laplace_log_evidence, map_weights, newton_map_joint
+from ._columns import column_moments
+from ._laplace import (
+    joint_precision,
+    laplace_at,
+    laplace_log_evidence,
+    map_weights,
+    newton_map_joint,
+)
 from ._likelihood import LINKS, log_class_probs, log_cumulative_probs, ordinal_terms
 from ._linalg import chol_inverse, chol_logdet, chol_solve, safe_cholesky
 from ._status import Status
@@ -53,7 +82,7 @@ __all__ = [
     "predict_probit",
     "sample_class_probs",
     "class_prob_bands",
-    "evidence_threshold_cov",
+    "thresholds_at_zero",
 ]
 
 _LOG_ALPHA_BOUNDS = (-25.0, 25.0)
@@ -97,18 +126,19 @@ class ProbitResult(NamedTuple):
     coef: jax.Array
     """Posterior mean (MAP) of the weights w, shape (d,)."""
     coef_cov: jax.Array
-    """Laplace posterior covariance of w, shape (d, d) (Eq. 10)."""
+    """Marginal covariance of w under the joint Laplace posterior of (w, b), shape (d, d)."""
     thresholds: jax.Array
-    """Ordered thresholds b_1..b_{K-1}, shape (K-1,)."""
+    """Ordered thresholds b_1..b_{K-1} of the centred latent ``(x - center)^T w``, shape
+    (K-1,); :func:`thresholds_at_zero` gives those of ``x^T w``."""
     thresholds_cov: jax.Array
-    """Posterior covariance of the thresholds, (K-1, K-1); zero in "evidence" mode, where
-    they are type-II ML point estimates."""
+    """Covariance of ``thresholds`` under the joint Laplace posterior, (K-1, K-1)."""
     cross_cov: jax.Array
-    """Posterior covariance between w and the thresholds, (d, K-1); zero in "evidence" mode."""
+    """Covariance between w and ``thresholds``, (d, K-1)."""
     sigma: jax.Array
     """Noise scale (fixed to 1: see the module docstring)."""
     alpha: jax.Array
-    """Prior precisions, shape (d,) (all equal for the "gaussian" prior)."""
+    """Prior precisions of the standardised coefficients ``scale * w``, shape (d,) (all
+    equal for the "gaussian" prior)."""
     log_evidence: jax.Array
     """Laplace log evidence (Eq. 12).  In "joint" mode the thresholds' flat prior is
     improper, so the value is defined up to a constant shared by all fits on the same data."""
@@ -120,15 +150,19 @@ class ProbitResult(NamedTuple):
     """Whether every solve met its tolerance."""
     status: jax.Array
     """A :class:`bayesord._status.Status` code."""
+    center: jax.Array
+    """Column offsets ``c`` the model is centred at (weighted training means), shape (d,)."""
+    scale: jax.Array
+    """Column scales ``s`` the prior is relative to (weighted training sds), shape (d,)."""
 
 
 class ProbitPrediction(NamedTuple):
     """Predictive distribution for new inputs."""
 
     mean: jax.Array
-    """Latent mean m = x^T w*, shape (n,)."""
+    """Latent mean m = x^T w*, shape (n,) (the scale of :func:`thresholds_at_zero`)."""
     var: jax.Array
-    """Latent variance v = x^T Sigma x (weight uncertainty only), shape (n,)."""
+    """Posterior variance of the latent x^T w, shape (n,)."""
     proba: jax.Array
     """Class probabilities, shape (n, K), rows non-negative summing to 1."""
     cum_proba: jax.Array
@@ -261,9 +295,10 @@ def fit_probit(X, y, weights, alpha, rtol, *, config: ProbitConfig, n_classes: i
         X: features, shape (n, d).
         y: classes 0..K-1, shape (n,) (int32).
         weights: non-negative sample weights, shape (n,) (a weight of 2 equals a duplicate).
-        alpha: prior precision: scalar or shape (d,).  Fixed in "joint" mode (0 gives
-            maximum likelihood); in "evidence" mode the prior of the joint fit that starts
-            the search, whose first alpha is that fit's MacKay fixed-point update.
+        alpha: prior precision of the standardised coefficients ``s_j w_j``: scalar or
+            shape (d,).  Fixed in "joint" mode (0 gives maximum likelihood); in "evidence"
+            mode the prior of the joint fit that starts the search, whose first alpha is
+            that fit's MacKay fixed-point update.
         rtol: relative tolerance of every solve (e.g. 1e-10 in float64, 1e-5 in float32).
         config: :class:`ProbitConfig` (static).
         n_classes: K (static).
@@ -282,9 +317,19 @@ def fit_probit(X, y, weights, alpha, rtol, *, config: ProbitConfig, n_classes: i
     """
     X = jnp.asarray(X)
     dtype = X.dtype if jnp.issubdtype(X.dtype, jnp.floating) else jnp.result_type(float)
-    X = X.astype(dtype)
     weights = jnp.asarray(weights, dtype)
-    y = jnp.asarray(y, jnp.int32)
+    X = X.astype(dtype)
+    center, scale = column_moments(X, weights)
+    res = _fit_standardised((X - center) / scale, jnp.asarray(y, jnp.int32), weights, alpha, rtol,
+                            config, n_classes)
+    # Back to the user's columns: w = w_z / s (the thresholds of the centred latent are the same).
+    return res._replace(coef=res.coef / scale, coef_cov=res.coef_cov / jnp.outer(scale, scale),
+                        cross_cov=res.cross_cov / scale[:, None], center=center, scale=scale)
+
+
+def _fit_standardised(X, y, weights, alpha, rtol, config, n_classes):
+    """:func:`fit_probit` on standardised columns (``center`` and ``scale`` left to the caller)."""
+    dtype = X.dtype
     n, d = X.shape
     link = config.link
     sigma = jnp.ones((), dtype)
@@ -304,7 +349,7 @@ def fit_probit(X, y, weights, alpha, rtol, *, config: ProbitConfig, n_classes: i
             coef=joint.w, coef_cov=cov[:d, :d], thresholds=joint.b, thresholds_cov=cov[d:, d:],
             cross_cov=cov[:d, d:], sigma=sigma, alpha=alpha0, log_evidence=log_ev,
             loglik=joint.loglik, n_iter=joint.n_iter, converged=joint.converged,
-            status=joint.status,
+            status=joint.status, center=jnp.zeros(d, dtype), scale=jnp.ones(d, dtype),
         )
     return _fit_evidence(X, y, weights, alpha0, rtol, joint, config, n_classes)
 
@@ -401,42 +446,71 @@ def _fit_evidence(X, y, weights, alpha0, rtol, joint, config, n_classes):
     w, inner_ok, inner_status = inner
     log_post, loglik, L, chol_ok = laplace_at(w, X, y, weights, b, sigma, alpha, link)
     log_ev = laplace_log_evidence(log_post, L, alpha)
+    # The predictive posterior: a Gaussian over (w, b) at the type-II optimum.
+    L_joint, joint_ok = joint_precision(X, y, weights, w, b, sigma, alpha, link)
+    cov = chol_inverse(L_joint)
+    chol_ok = chol_ok & joint_ok
     status = jnp.where(done, Status.SUCCESS, Status.MAX_ITER)
     status = jnp.where(inner_status != Status.SUCCESS, inner_status, status)
     status = jnp.where(chol_ok, status, Status.NOT_POSITIVE_DEFINITE)
     status = jnp.where(jnp.isfinite(log_ev) & jnp.isfinite(last), status, Status.NONFINITE)
     return ProbitResult(
-        coef=w, coef_cov=chol_inverse(L), thresholds=b,
-        thresholds_cov=jnp.zeros((k1, k1), dtype), cross_cov=jnp.zeros((d, k1), dtype),
-        sigma=sigma, alpha=alpha, log_evidence=log_ev, loglik=loglik, n_iter=n_iter,
-        converged=done & inner_ok & chol_ok & joint.converged,
-        status=status.astype(jnp.int32),
+        coef=w, coef_cov=cov[:d, :d], thresholds=b, thresholds_cov=cov[d:, d:],
+        cross_cov=cov[:d, d:], sigma=sigma, alpha=alpha, log_evidence=log_ev, loglik=loglik,
+        n_iter=n_iter, converged=done & inner_ok & chol_ok & joint.converged,
+        status=status.astype(jnp.int32), center=jnp.zeros(d, dtype), scale=jnp.ones(d, dtype),
     )
 
 
 def _predictive_scale(var, sigma, link):
+    """Standard deviation of the latent noise plus a Gaussian of variance ``var`` on its
+    argument: exact for the probit; for the logit the probit approximation
+    ``F(z / sqrt(1 + pi v / 8))`` of the logistic-Gaussian integral (MacKay 1992)."""
     if link == "probit":
         return jnp.sqrt(sigma * sigma + var)
-    # Logistic-Gaussian integral by the probit approximation (MacKay 1992).
-    return jnp.sqrt(1.0 + jnp.pi * var / 8.0)
+    return sigma * jnp.sqrt(1.0 + jnp.pi * var / (8.0 * sigma * sigma))
 
 
 @partial(jax.jit, static_argnames=("link",))
 def predict_probit(result: ProbitResult, X, *, link: str = "probit") -> ProbitPrediction:
     """Predictive latent mean/variance and class probabilities for new inputs.
 
-    ``P(y = k) = Phi((b_{k+1} - m)/s) - Phi((b_k - m)/s)`` with ``s = sqrt(sigma^2 + v)``
-    integrates the Gaussian weight posterior exactly for the probit link; for the logit
-    link ``s = sqrt(1 + pi v / 8)`` (probit approximation).  Threshold uncertainty
-    ("joint" mode) is not propagated here; :func:`sample_class_probs` includes it.
+    Integrates the joint Gaussian posterior of (w, b): with ``x_c = x - center``,
+    ``m = x_c^T w*`` and ``s_k^2 = Var(b_k - x_c^T w)`` (see the module docstring),
+    ``P(y <= k) = F((b_k - m) / sqrt(sigma^2 + s_k^2))`` -- exact for the probit, the probit
+    approximation for the logit (:func:`_predictive_scale`).
     """
     X = jnp.asarray(X, result.coef.dtype)
-    mean = X @ result.coef
-    var = jnp.maximum(jnp.einsum("ij,jk,ik->i", X, result.coef_cov, X), 0.0)
-    scale = _predictive_scale(var, result.sigma, link)
-    proba = jnp.exp(log_class_probs(mean, scale, result.thresholds, link))
-    cum = jnp.exp(log_cumulative_probs(mean, scale, result.thresholds, link))
-    return ProbitPrediction(mean=mean, var=var, proba=proba, cum_proba=cum)
+    Xc = X - result.center
+    mean_c = Xc @ result.coef
+    weight_var = jnp.einsum("ij,jk,ik->i", Xc, result.coef_cov, Xc)
+    margin_var = (weight_var[:, None] - 2.0 * Xc @ result.cross_cov
+                  + jnp.diag(result.thresholds_cov)[None, :])
+    scale = _predictive_scale(jnp.maximum(margin_var, 0.0), result.sigma, link)
+    proba = jnp.exp(log_class_probs(mean_c, scale, result.thresholds, link))
+    cum = jnp.exp(log_cumulative_probs(mean_c, scale, result.thresholds, link))
+    var = jnp.einsum("ij,jk,ik->i", X, result.coef_cov, X)
+    return ProbitPrediction(mean=X @ result.coef, var=jnp.maximum(var, 0.0), proba=proba,
+                            cum_proba=cum)
+
+
+def thresholds_at_zero(result: ProbitResult):
+    """The thresholds of the uncentred latent ``x^T w`` and their joint covariance with w.
+
+    ``b0 = b + (center^T w) 1``: the cut points that statsmodels' ``OrderedModel`` and R's
+    ``clm`` report.  Their covariance follows linearly from the joint posterior.
+
+    Returns:
+        (thresholds, thresholds_cov, cross_cov) of shapes (K-1,), (K-1, K-1), (d, K-1).
+    """
+    c = result.center
+    ones = jnp.ones_like(result.thresholds)
+    wc = result.coef_cov @ c
+    bc = result.cross_cov.T @ c
+    thresholds = result.thresholds + (c @ result.coef) * ones
+    cov = (result.thresholds_cov + jnp.outer(bc, ones) + jnp.outer(ones, bc)
+           + (c @ wc) * jnp.outer(ones, ones))
+    return thresholds, cov, result.cross_cov + jnp.outer(wc, ones)
 
 
 def _posterior_draws(result: ProbitResult, key, n_draws):
@@ -448,7 +522,8 @@ def _posterior_draws(result: ProbitResult, key, n_draws):
     Jinv = jnp.linalg.solve(J, jnp.eye(J.shape[0], dtype=J.dtype))
     cov = jnp.block([[result.coef_cov, result.cross_cov @ Jinv.T],
                      [Jinv @ result.cross_cov.T, Jinv @ result.thresholds_cov @ Jinv.T]])
-    L, _ = safe_cholesky(cov + jnp.eye(cov.shape[0], dtype=cov.dtype) * 0.0)
+    L, ok = safe_cholesky(cov)
+    L = jnp.where(ok, L, jnp.nan)  # a failed factorisation shows as NaN draws, never as zeros
     z = jax.random.normal(key, (n_draws, cov.shape[0]), dtype=cov.dtype)
     draws = jnp.concatenate([result.coef, theta]) + z @ L.T
     w = draws[:, :d]
@@ -463,7 +538,7 @@ def sample_class_probs(result: ProbitResult, X, key, *, n_draws: int = 200, link
     Each draw gives ``P(y = k | x, w_s, b_s)``; their spread is the posterior uncertainty
     of the class probabilities, always inside [0, 1].
     """
-    X = jnp.asarray(X, result.coef.dtype)
+    X = jnp.asarray(X, result.coef.dtype) - result.center
     w, b = _posterior_draws(result, key, n_draws)
     scale = jnp.broadcast_to(result.sigma, (X.shape[0],))
 
@@ -492,42 +567,3 @@ def class_prob_bands(result: ProbitResult, X, key, *, level: float = 0.95, n_dra
         lo_hi = jnp.quantile(draws, q, axis=0)
         outs.append((lo_hi[0], lo_hi[1], jnp.std(draws, axis=0)))
     return tuple(jnp.concatenate([o[i] for o in outs]) for i in range(3))
-
-
-@partial(jax.jit, static_argnames=("config", "n_classes"))
-def evidence_threshold_cov(result: ProbitResult, X, y, weights, rtol, *, config: ProbitConfig,
-                           n_classes: int):
-    """Covariance of the evidence-tuned thresholds from the curvature of the log evidence.
-
-    A Laplace approximation of ``p(b | D)`` under a flat hyperprior: the inverse of the
-    negative Hessian of Eq. (12) in ``b`` at the optimum, with ``alpha`` held at its tuned
-    value.  The Hessian is formed by central differences of the implicit gradient (the
-    inner Newton solve is not differentiated twice).
-
-    Returns:
-        (cov, ok): shape (K-1, K-1), and False when the negative Hessian is not positive
-        definite (the evidence is flat in some threshold direction).
-    """
-    X = jnp.asarray(X, result.coef.dtype)
-    weights = jnp.asarray(weights, X.dtype)
-    y = jnp.asarray(y, jnp.int32)
-    w_warm = jax.lax.stop_gradient(result.coef)
-
-    def log_ev(b):
-        w, *_ = map_weights(config.link, config.max_newton, X, weights, b, result.sigma,
-                            result.alpha, y, (w_warm, rtol))
-        log_post, _, L, _ = laplace_at(w, X, y, weights, b, result.sigma, result.alpha, config.link)
-        return laplace_log_evidence(log_post, L, result.alpha)
-
-    b = result.thresholds
-    m = b.shape[0]
-    h = jnp.cbrt(jnp.finfo(X.dtype).eps) * (1.0 + jnp.abs(b))
-    grad = jax.grad(log_ev)
-
-    def column(j):
-        e = jnp.zeros(m, X.dtype).at[j].set(h[j])
-        return (grad(b + e) - grad(b - e)) / (2 * h[j])
-
-    hess = jax.lax.map(column, jnp.arange(m))
-    L, ok = safe_cholesky(-0.5 * (hess + hess.T))
-    return chol_inverse(L), ok

@@ -121,22 +121,26 @@ def _make_probit_log_probs(link):
 _PROBIT_LOG_PROBS = {link: _make_probit_log_probs(link) for link in LINKS}
 
 
-def _probit_posterior(result: ProbitResult, thresholds_cov, link, classes, feature_names,
+def _probit_posterior(result: ProbitResult, link, classes, feature_names,
                       model_name) -> LaplacePosterior:
     res = jax.tree_util.tree_map(np.asarray, result)
     d = res.coef.shape[0]
     k1 = res.thresholds.shape[0]
     theta = np.asarray(params_from_thresholds(jnp.asarray(res.thresholds)))
-    # Thresholds are drawn in (b_1, log-gap) space (delta method) so every draw is ordered.
+    # The joint Gaussian of (w, b) is drawn in the centred model's coordinates, thresholds
+    # in (b_1, log-gap) space (delta method) so every draw is ordered; each draw's
+    # thresholds are then moved to x = 0 (b + center^T w), the scale of the coefficients.
     jac = np.asarray(thresholds_jacobian(jnp.asarray(theta)))
     jinv = np.linalg.solve(jac, np.eye(k1))
-    thr_cov = np.nan_to_num(np.asarray(thresholds_cov, dtype=np.float64))
     cov = np.block([[res.coef_cov, res.cross_cov @ jinv.T],
-                    [jinv @ res.cross_cov.T, jinv @ thr_cov @ jinv.T]])
+                    [jinv @ res.cross_cov.T, jinv @ res.thresholds_cov @ jinv.T]])
     mean = np.concatenate([res.coef, theta])
+    center = jnp.asarray(res.center)
 
     def unpack(flat):
-        return {"coef": flat[:, :d], "thresholds": jax.vmap(thresholds_from_params)(flat[:, d:])}
+        coef = flat[:, :d]
+        centred = jax.vmap(thresholds_from_params)(flat[:, d:])
+        return {"coef": coef, "thresholds": centred + (coef @ center)[:, None]}
 
     cls = [str(c) for c in classes]
     coords = {"feature": list(feature_names),
@@ -154,7 +158,7 @@ def _(result, *, link="probit", classes=None, feature_names=None, **kwargs):
     d = result.coef.shape[0]
     classes = np.arange(k) if classes is None else np.asarray(classes)
     names = [f"x{j}" for j in range(d)] if feature_names is None else list(feature_names)
-    return _probit_posterior(result, result.thresholds_cov, link, classes, names, "ordinal probit")
+    return _probit_posterior(result, link, classes, names, "ordinal probit")
 
 
 def _register_estimators():
@@ -167,10 +171,7 @@ def _register_estimators():
         check_is_fitted(model, "coef_")
         names = getattr(model, "feature_names_in_", None)
         names = [f"x{j}" for j in range(len(model.coef_))] if names is None else list(names)
-        # In "evidence" mode the estimator holds the evidence-curvature covariance of the
-        # thresholds; NaN (a flat direction) becomes 0 (those thresholds held fixed).
-        return _probit_posterior(model.result_, model.thresholds_cov_, model.link,
-                                 model.classes_, names, "OrdinalProbit")
+        return _probit_posterior(model.result_, model.link, model.classes_, names, "OrdinalProbit")
 
 
 _register_estimators()

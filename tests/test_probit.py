@@ -18,6 +18,7 @@ from bayesord._probit import (
     class_prob_bands,
     fit_probit,
     predict_probit,
+    thresholds_at_zero,
 )
 from bayesord._status import Status
 from bayesord.datasets import make_ordinal_probit
@@ -35,6 +36,12 @@ def _fit(X, y, alpha=1.0, w=None, **cfg):
     return fit_probit(X, y, w, alpha, 1e-12, config=ProbitConfig(**cfg), n_classes=int(y.max()) + 1)
 
 
+def _standardised(X, res):
+    """The columns the fit worked on, and its weights on them (``alpha`` is their prior)."""
+    scale = np.asarray(res.scale)
+    return (X - np.asarray(res.center)) / scale, np.asarray(res.coef) * scale
+
+
 def test_flat_prior_joint_map_equals_statsmodels_ml(data):
     from statsmodels.miscmodels.ordinal_model import OrderedModel
 
@@ -45,13 +52,14 @@ def test_flat_prior_joint_map_equals_statsmodels_ml(data):
     d = X.shape[1]
     np.testing.assert_allclose(res.coef, sm.params[:d], atol=1e-4)
     b_sm = np.concatenate([sm.params[d:d + 1], sm.params[d] + np.cumsum(np.exp(sm.params[d + 1:]))])
-    np.testing.assert_allclose(res.thresholds, b_sm, atol=1e-4)
+    thresholds, thresholds_cov, _ = thresholds_at_zero(res)
+    np.testing.assert_allclose(thresholds, b_sm, atol=1e-4)
     # Standard errors: statsmodels reports them for (coef, b_1, log gaps).
     from bayesord._thresholds import params_from_thresholds, thresholds_jacobian
 
-    J = np.asarray(thresholds_jacobian(params_from_thresholds(res.thresholds)))
+    J = np.asarray(thresholds_jacobian(params_from_thresholds(thresholds)))
     Jinv = np.linalg.inv(J)
-    cov_theta = Jinv @ np.asarray(res.thresholds_cov) @ Jinv.T
+    cov_theta = Jinv @ np.asarray(thresholds_cov) @ Jinv.T
     se = np.concatenate([np.sqrt(np.diag(res.coef_cov)), np.sqrt(np.diag(cov_theta))])
     np.testing.assert_allclose(se, sm.bse, rtol=1e-3)
 
@@ -88,13 +96,16 @@ def test_laplace_sd_within_10_percent_of_mcmc():
     y = (y - 1).astype(np.int32)
     alpha = 1.0
     res = _fit(X, y, alpha=alpha, thresholds="joint")
-    sd_laplace = np.sqrt(np.diag(res.coef_cov))
+    # The prior is on the standardised coefficients: sample the model the fit worked on.
+    X, coef = _standardised(X, res)
+    coef_cov = np.asarray(res.coef_cov) * np.outer(res.scale, res.scale)
+    sd_laplace = np.sqrt(np.diag(coef_cov))
     rng = np.random.default_rng(0)
     from bayesord._thresholds import params_from_thresholds
 
-    theta = np.concatenate([np.asarray(res.coef), np.asarray(params_from_thresholds(res.thresholds))])
+    theta = np.concatenate([coef, np.asarray(params_from_thresholds(res.thresholds))])
     cov = np.zeros((4, 4))
-    cov[:2, :2] = np.asarray(res.coef_cov)
+    cov[:2, :2] = coef_cov
     cov[2:, 2:] = np.diag([0.05, 0.05])
     chol = np.linalg.cholesky(cov * (2.38**2 / 4))
     lp = _log_posterior_np(theta, X, y, alpha)
@@ -134,11 +145,12 @@ def test_evidence_mode_is_a_stationary_point_of_the_evidence(data, prior):
     X, y, _ = data
     res = _fit(X, y, thresholds="evidence", prior=prior)
     assert bool(res.converged) and int(res.status) == Status.SUCCESS
-    Xj, yj, wt = jnp.asarray(X), jnp.asarray(y), jnp.ones(len(y))
+    Z, coef = _standardised(X, res)
+    Xj, yj, wt = jnp.asarray(Z), jnp.asarray(y), jnp.ones(len(y))
 
     def log_ev(b, log_alpha):
         a = jnp.exp(log_alpha) * jnp.ones(3)
-        w, *_ = map_weights("probit", 100, Xj, wt, b, 1.0, a, yj, (res.coef, 1e-14))
+        w, *_ = map_weights("probit", 100, Xj, wt, b, 1.0, a, yj, (jnp.asarray(coef), 1e-14))
         lp, _, L, _ = laplace_at(w, Xj, yj, wt, b, 1.0, a)
         return laplace_log_evidence(lp, L, a)
 
@@ -218,21 +230,25 @@ def test_monotone_relabelling_gives_the_same_fit():
     np.testing.assert_array_equal(b.predict(X), np.array([10, 25, 90])[a.predict(X) - 1])
 
 
-def test_predictive_probabilities_integrate_the_posterior(data):
-    """P(y=k|x) with the latent variance equals the Monte Carlo average over weight draws."""
+@pytest.mark.parametrize("mode", ["evidence", "joint"])
+def test_predictive_probabilities_integrate_the_joint_posterior(data, mode):
+    """P(y=k|x) equals the Monte Carlo average over draws of (w, b) from the joint Gaussian,
+    on columns with large offsets (where w and the thresholds at x = 0 are correlated)."""
     X, y, _ = data
-    res = _fit(X[:100], y[:100], thresholds="evidence")
+    X = X[:100] + np.array([1e3, -50.0, 7.0])
+    res = _fit(X, y[:100], thresholds=mode)
     pred = predict_probit(res, X[:5])
     np.testing.assert_allclose(pred.proba.sum(axis=1), 1.0, atol=1e-12)
     assert bool(jnp.all(pred.proba >= 0))
     rng = np.random.default_rng(0)
-    w = rng.multivariate_normal(np.asarray(res.coef), np.asarray(res.coef_cov), size=200_000)
+    b0, b_cov, cross = (np.asarray(a) for a in thresholds_at_zero(res))
+    cov = np.block([[np.asarray(res.coef_cov), cross], [cross.T, b_cov]])
+    draws = rng.multivariate_normal(np.concatenate([res.coef, b0]), cov, size=200_000)
     from scipy.stats import norm
 
-    f = w @ X[:5].T
-    b = np.concatenate([[-np.inf], np.asarray(res.thresholds), [np.inf]])
-    mc = np.stack([np.mean(norm.cdf(b[k + 1] - f) - norm.cdf(b[k] - f), axis=0) for k in range(4)], axis=1)
-    np.testing.assert_allclose(pred.proba, mc, atol=3e-3)
+    cum = norm.cdf(draws[:, None, 3:] - (draws[:, :3] @ X[:5].T)[:, :, None]).mean(axis=0)
+    cum = np.concatenate([np.zeros((5, 1)), cum, np.ones((5, 1))], axis=1)
+    np.testing.assert_allclose(pred.proba, np.diff(cum, axis=1), atol=3e-3)
     lo, hi, sd = class_prob_bands(res, X[:5], jax.random.key(0))
     assert bool(jnp.all((0 <= lo) & (lo <= pred.proba + 1e-9) & (pred.proba <= hi + 1e-9) & (hi <= 1)))
 
@@ -251,7 +267,7 @@ def test_recovers_true_parameters_on_large_data():
     X, y, truth = make_ordinal_probit(20_000, 3, 4, seed=1)
     res = _fit(X, (y - 1).astype(np.int32), thresholds="evidence")
     np.testing.assert_allclose(res.coef, truth.w, atol=0.05)
-    np.testing.assert_allclose(res.thresholds, truth.thresholds, atol=0.06)
+    np.testing.assert_allclose(thresholds_at_zero(res)[0], truth.thresholds, atol=0.06)
 
 
 def _reference_joint(X, y, alpha):
@@ -276,12 +292,13 @@ def test_pilot_start_on_large_n_reaches_the_same_joint_map(drop_class_from_pilot
         y[(np.arange(n) % stride == 0) & (y == 3)] = 2
         assert not np.any(y[::stride] == 3) and np.sum(y == 3) > 1000
     res = _fit(X, y, alpha=1e-3, thresholds="joint")
+    X, coef = _standardised(X, res)
     ref = _reference_joint(X, y, 1e-3)
     assert bool(res.converged) and bool(ref.converged)
-    np.testing.assert_allclose(res.coef, ref.w, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(coef, ref.w, rtol=1e-8, atol=1e-10)
     np.testing.assert_allclose(res.thresholds, ref.b, rtol=1e-8, atol=1e-10)
     cov_ref = np.asarray(chol_inverse(ref.chol))
-    np.testing.assert_allclose(res.coef_cov, cov_ref[:3, :3], rtol=1e-6)
+    np.testing.assert_allclose(res.coef_cov * np.outer(res.scale, res.scale), cov_ref[:3, :3], rtol=1e-6)
     pilot_w, _ = _pilot_start(jnp.asarray(X), jnp.asarray(y), jnp.ones(n), jnp.full(3, 1e-3),
                               jnp.asarray(1e-12), ProbitConfig(thresholds="joint"), 4)
     Xs, ys, ws = _strided(jnp.asarray(X), jnp.asarray(y), jnp.ones(n), _SCALE_ROWS)

@@ -9,11 +9,11 @@ from .._probit import (
     ProbitConfig,
     ProbitResult,
     class_prob_bands,
-    evidence_threshold_cov,
     fit_probit,
     predict_probit,
+    thresholds_at_zero,
 )
-from .._status import check_status, warn_user
+from .._status import check_status
 from .._validation import float_dtype
 from ._base import OrdinalEstimator, SavableMixin, fresh_fit, posterior_table, threshold_names
 
@@ -25,8 +25,11 @@ class OrdinalProbit(SavableMixin, OrdinalEstimator):
 
     Latent ``f = x^T w``, ``P(y = k) = F((b_{k+1} - f)/sigma) - F((b_k - f)/sigma)``, prior
     ``w ~ N(0, alpha^{-1} I)`` (or ARD).  ``sigma`` is fixed to 1 (it is not identifiable
-    with free thresholds), and there is no intercept (the thresholds absorb it).  See
-    :mod:`bayesord._probit` for the maths.
+    with free thresholds), and there is no intercept (the thresholds absorb it).  The
+    columns are centred inside the model, so shifting a column changes no prediction,
+    band or coefficient; coefficients and thresholds are reported on the user's scale.
+    Every probability integrates the joint posterior of the weights and the thresholds.
+    See :mod:`bayesord._probit` for the maths.
 
     Args:
         thresholds: "evidence" (default): thresholds and ``alpha`` tuned by maximising the
@@ -48,9 +51,10 @@ class OrdinalProbit(SavableMixin, OrdinalEstimator):
         classes_: labels in increasing order.
         coef_: posterior mean of w, shape (d,).
         coef_cov_: posterior covariance of w, shape (d, d).
-        thresholds_: ordered thresholds, shape (K-1,).
-        thresholds_cov_: covariance of the thresholds: the joint posterior ("joint"), or the
-            Laplace approximation of the evidence curvature ("evidence").
+        thresholds_: ordered thresholds of the latent ``x^T w`` (the cut points at
+            ``x = 0``, as statsmodels and R's ``ordinal`` report them), shape (K-1,).
+        thresholds_cov_: their covariance under the joint Laplace posterior of (w, b), at
+            the joint MAP ("joint") or at the type-II optimum ("evidence").
         noise_: the noise scale sigma (1).
         alpha_: prior precisions after fitting, shape (d,).
         log_evidence_: Laplace log evidence (Eq. 12 of the ISBOR paper).
@@ -67,7 +71,7 @@ class OrdinalProbit(SavableMixin, OrdinalEstimator):
         (2, 4)
     """
 
-    _format = "bayesord.OrdinalProbit/1"
+    _format = "bayesord.OrdinalProbit/2"
 
     def __init__(self, thresholds="evidence", alpha=1.0, prior="gaussian", link="probit",
                  tol=None, max_iter=200, max_newton=100, classes=None, n_draws=200,
@@ -139,26 +143,22 @@ class OrdinalProbit(SavableMixin, OrdinalEstimator):
         res = fit_probit(X.astype(dtype), codes, sw.astype(dtype), alpha.astype(dtype), tol,
                          config=config, n_classes=len(self.classes_))
         check_status(res.status, "OrdinalProbit.fit")
-        thr_cov = np.asarray(res.thresholds_cov)
-        if config.thresholds == "evidence":
-            cov, ok = evidence_threshold_cov(res, X.astype(dtype), codes, sw.astype(dtype), tol,
-                                             config=config, n_classes=len(self.classes_))
-            thr_cov = np.asarray(cov)
-            if not bool(ok):
-                warn_user("the log evidence is not curved in every threshold direction; "
-                          "threshold standard deviations are unavailable (NaN)", RuntimeWarning)
-                thr_cov = np.full_like(thr_cov, np.nan)
-        self.result_ = jax.tree_util.tree_map(np.asarray, res)
-        self.coef_ = np.asarray(res.coef)
-        self.coef_cov_ = np.asarray(res.coef_cov)
-        self.thresholds_ = np.asarray(res.thresholds)
-        self.thresholds_cov_ = thr_cov
-        self.noise_ = float(res.sigma)
-        self.alpha_ = np.asarray(res.alpha)
+        self._set_result(jax.tree_util.tree_map(np.asarray, res))
         self.log_evidence_ = float(res.log_evidence)
         self.n_iter_ = int(res.n_iter)
         self.converged_ = bool(res.converged)
         return self
+
+    def _set_result(self, res):
+        """The fitted attributes that follow from the functional result."""
+        self.result_ = res
+        self.coef_ = res.coef
+        self.coef_cov_ = res.coef_cov
+        thresholds, thresholds_cov, _ = thresholds_at_zero(res)
+        self.thresholds_ = np.asarray(thresholds)
+        self.thresholds_cov_ = np.asarray(thresholds_cov)
+        self.noise_ = float(res.sigma)
+        self.alpha_ = res.alpha
 
     # --------------------------------------------------------------- prediction
     def _predict_all(self, X):
@@ -178,7 +178,12 @@ class OrdinalProbit(SavableMixin, OrdinalEstimator):
         return np.asarray(self._predict_all(X).cum_proba, dtype=np.float64)
 
     def predict_latent(self, X):
-        """Latent mean ``x^T w*`` and variance ``x^T Sigma x`` (weight uncertainty), each (n,)."""
+        """Latent mean ``x^T w*`` and its posterior variance ``x^T Sigma_w x``, each (n,).
+
+        On the scale of ``thresholds_`` (the cut points at ``x = 0``).  With uncentred
+        columns most of that variance is the intercept-like direction that the thresholds
+        share; the class probabilities integrate it jointly with the thresholds.
+        """
         p = self._predict_all(X)
         return np.asarray(p.mean, dtype=np.float64), np.asarray(p.var, dtype=np.float64)
 
@@ -215,8 +220,6 @@ class OrdinalProbit(SavableMixin, OrdinalEstimator):
         """
         X = self._validate_predict(X)
         res = jax.tree_util.tree_map(lambda a: np.asarray(a, float_dtype()), self.result_)
-        if self.thresholds == "evidence":
-            res = res._replace(thresholds_cov=np.nan_to_num(self.thresholds_cov_).astype(float_dtype()))
         seed = 0 if self.random_state is None else self.random_state
         if not isinstance(seed, (int, np.integer)):
             raise TypeError("random_state must be an int or None")
@@ -255,25 +258,15 @@ class OrdinalProbit(SavableMixin, OrdinalEstimator):
         thr_names = threshold_names(self.classes_)
         mean = np.concatenate([self.coef_, self.thresholds_])
         sd = np.sqrt(np.concatenate([np.diag(self.coef_cov_), np.diag(self.thresholds_cov_)]))
-        kind = ["posterior"] * len(self.coef_) + (
-            ["posterior"] * len(thr_names) if self.thresholds == "joint"
-            else ["type-II ML (evidence curvature)"] * len(thr_names))
-        return posterior_table(names + thr_names, mean, sd, level, kind=kind)
+        return posterior_table(names + thr_names, mean, sd, level)
 
     # ------------------------------------------------------------ persistence
     def _saved_state(self):
         arrays = {f"result.{k}": v for k, v in self.result_._asdict().items()}
-        arrays["thresholds_cov_"] = self.thresholds_cov_
-        return arrays, {"scalars": {"noise_": self.noise_, "log_evidence_": self.log_evidence_,
-                                    "n_iter_": self.n_iter_, "converged_": self.converged_}}
+        return arrays, {"scalars": {"log_evidence_": self.log_evidence_, "n_iter_": self.n_iter_,
+                                    "converged_": self.converged_}}
 
     def _restore(self, arrays, meta):
-        res = ProbitResult(**{k: arrays[f"result.{k}"] for k in ProbitResult._fields})
-        self.result_ = res
-        self.coef_ = res.coef
-        self.coef_cov_ = res.coef_cov
-        self.thresholds_ = res.thresholds
-        self.thresholds_cov_ = arrays["thresholds_cov_"]
-        self.alpha_ = res.alpha
+        self._set_result(ProbitResult(**{k: arrays[f"result.{k}"] for k in ProbitResult._fields}))
         for k, v in meta["scalars"].items():
             setattr(self, k, v)
