@@ -70,15 +70,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import solve_triangular
-from jax.scipy.special import ndtri
 
 from ._basis import candidate_columns, candidate_rows, check_kernel, kernel_matrix
-from ._laplace import laplace_at, laplace_log_evidence, newton_map
-from ._likelihood import LINKS, log_class_probs, ordinal_loglik, ordinal_terms
+from ._columns import column_moments
+from ._laplace import joint_posterior, laplace_at, laplace_log_evidence, newton_map
+from ._likelihood import LINKS, log_class_probs, ordinal_loglik, ordinal_terms, predictive_scale
 from ._linalg import chol_inverse, chol_solve
 from ._progress import batch_label, emit
 from ._status import Status
-from ._thresholds import params_from_thresholds, thresholds_from_params
+from ._thresholds import initial_thresholds, params_from_thresholds, thresholds_from_params
 
 __all__ = [
     "Action",
@@ -160,7 +160,8 @@ class ISBORResult(NamedTuple):
     mask: jax.Array
     """Whether each slot is active, (M,)."""
     centres: jax.Array
-    """Centre coordinates per slot (zeros in free slots), (M, d); (M, 0) if precomputed."""
+    """Centre coordinates per slot on the standardised columns (zeros in free slots), (M, d);
+    (M, 0) if precomputed."""
     w: jax.Array
     """Posterior mean (MAP) of the weights, zero in free slots, (M,)."""
     chol: jax.Array
@@ -169,6 +170,11 @@ class ISBORResult(NamedTuple):
     """Prior precisions of active slots (1 in free slots), (M,)."""
     b: jax.Array
     """Ordered thresholds, (K-1,)."""
+    thresholds_cov: jax.Array
+    """Covariance of the thresholds under the joint Laplace posterior of (w, b) at the
+    type-II optimum (:func:`bayesord._laplace.joint_posterior`), (K-1, K-1)."""
+    cross_cov: jax.Array
+    """Covariance of the weights with the thresholds under it, (M, K-1)."""
     sigma: jax.Array
     """Noise scale."""
     theta: jax.Array
@@ -191,6 +197,10 @@ class ISBORResult(NamedTuple):
     """Whether the stopping rule was met."""
     status: jax.Array
     """A :class:`bayesord._status.Status` code."""
+    center: jax.Array
+    """Column means the inputs were centred by, (d,) (zeros if precomputed)."""
+    scale: jax.Array
+    """Column standard deviations the inputs were divided by, (d,) (ones if precomputed)."""
 
 
 class ISBORPrediction(NamedTuple):
@@ -409,21 +419,29 @@ def _gains(S, Q, slot_of, alpha, allowed, n_active):
     return gain, action, a_new
 
 
-def _cast_inputs(X, y, weights, theta):
+def _cast_inputs(X, y, weights, theta, cfg):
     """Floating X (float64 under x64 when X is integer), int32 classes, weights and theta in
-    X's dtype; returns ``(X, y, weights, theta, dtype)``."""
+    X's dtype, and X standardised by its weighted column moments (not a precomputed basis);
+    returns ``(X, y, weights, theta, center, scale)``."""
     dtype = X.dtype if jnp.issubdtype(X.dtype, jnp.floating) else jnp.result_type(float)
-    return (X.astype(dtype), y.astype(jnp.int32), weights.astype(dtype),
-            jnp.asarray(theta, dtype), dtype)
+    X, weights = X.astype(dtype), weights.astype(dtype)
+    if cfg.kernel == "precomputed":
+        center, scale = jnp.zeros(X.shape[1], dtype), jnp.ones(X.shape[1], dtype)
+    else:
+        center, scale = column_moments(X, weights)
+    return ((X - center) / scale, y.astype(jnp.int32), weights, jnp.asarray(theta, dtype),
+            center, scale)
 
 
-def _initial_thresholds(y, weights, n_classes, dtype):
-    """Probit of the cumulative weighted class proportions, gaps at least 1e-2."""
-    counts = jax.ops.segment_sum(weights, y, num_segments=n_classes)
-    cum = jnp.cumsum(counts)[:-1] / jnp.sum(counts)
-    z = ndtri(jnp.clip(cum, 1e-3, 1 - 1e-3)).astype(dtype)
-    gaps = jnp.maximum(jnp.diff(z), 1e-2)
-    return jnp.concatenate([z[:1], z[:1] + jnp.cumsum(gaps)])
+def _initial_thresholds(y, weights, cfg, dtype):
+    """The link's quantiles of the cumulative weighted class proportions, gaps at least 1e-2."""
+    return initial_thresholds(y, weights, cfg.n_classes, cfg.link, dtype, clip=1e-3, min_gap=1e-2)
+
+
+def _threshold_posterior(Phi, y, weights, fit, alpha, b, sigma, cfg):
+    """Thresholds' covariance and their covariance with w (the joint Laplace posterior)."""
+    post = joint_posterior(Phi, y, weights, fit.w, b, sigma, alpha, fit.chol, cfg.link)
+    return post.thresholds_cov, post.cross_cov, post.ok
 
 
 def _centres(X, rows, mask, cfg):
@@ -538,7 +556,8 @@ def fit_isbor(X, y, weights, cand_index, cand_valid, key, theta, *, config: ISBO
         True
     """
     cfg = config
-    X, y, weights, theta, dtype = _cast_inputs(X, y, weights, theta)
+    X, y, weights, theta, center, scale = _cast_inputs(X, y, weights, theta, cfg)
+    dtype = X.dtype
     n = X.shape[0]
     cap, K = cfg.capacity, cfg.n_classes
     n_c = cand_index.shape[0]
@@ -574,7 +593,7 @@ def fit_isbor(X, y, weights, cand_index, cand_valid, key, theta, *, config: ISBO
     Phi = jnp.zeros((n, cap), dtype).at[:, :K].set(rows(picks).T * found[None, :])
     slot_of = jnp.full(n_pad, -1, jnp.int32).at[jnp.where(found, picks, n_pad)].set(
         jnp.arange(K, dtype=jnp.int32), mode="drop")
-    b = _initial_thresholds(y, weights, K, dtype)
+    b = _initial_thresholds(y, weights, cfg, dtype)
     sigma = jnp.ones((), dtype)
     fit = _laplace(Phi, y, weights, b, sigma, alpha, jnp.zeros(cap, dtype), newton_rtol, cfg)
 
@@ -662,12 +681,16 @@ def fit_isbor(X, y, weights, cand_index, cand_valid, key, theta, *, config: ISBO
         emit(_isbor_line, final=True, it=s.it, evidence=s.fit.evidence, theta=theta,
              n_active=jnp.sum(s.mask).astype(jnp.int32), converged=s.done & (status == Status.SUCCESS))
     rows = jnp.where(s.mask, cand_index[jnp.maximum(s.slot_pos, 0)], -1)
+    thr_cov, cross_cov, ok = _threshold_posterior(s.Phi, y, weights, s.fit, s.alpha, s.b, s.sigma, cfg)
+    status = jnp.where(ok, status, Status.NOT_POSITIVE_DEFINITE).astype(jnp.int32)
     return ISBORResult(
         relevance_index=rows, mask=s.mask, centres=_centres(X, rows, s.mask, cfg),
-        w=s.fit.w, chol=s.fit.chol, alpha=s.alpha, b=s.b, sigma=s.sigma, theta=theta,
+        w=s.fit.w, chol=s.fit.chol, alpha=s.alpha, b=s.b, thresholds_cov=thr_cov,
+        cross_cov=cross_cov, sigma=s.sigma, theta=theta,
         log_evidence=s.fit.evidence, evidence_trace=s.ev_trace, action_trace=s.act_trace,
         index_trace=s.idx_trace, n_active=jnp.sum(s.mask).astype(jnp.int32), n_pruned=s.n_pruned,
         n_iter=s.it, converged=s.done & (status == Status.SUCCESS), status=status,
+        center=center, scale=scale,
     )
 
 
@@ -696,7 +719,8 @@ def fit_sbor(X, y, weights, cand_index, cand_valid, theta, *, config: ISBORConfi
     Args and Returns: as :func:`fit_isbor` (no key; ``alpha_init`` is every initial alpha).
     """
     cfg = config
-    X, y, weights, theta, dtype = _cast_inputs(X, y, weights, theta)
+    X, y, weights, theta, center, scale = _cast_inputs(X, y, weights, theta, cfg)
+    dtype = X.dtype
     n = X.shape[0]
     m = cand_index.shape[0]
     cand_index = cand_index.astype(jnp.int32)
@@ -706,7 +730,7 @@ def fit_sbor(X, y, weights, cand_index, cand_valid, theta, *, config: ISBORConfi
     mask = valid[order]
     Phi = candidate_columns(X, cand_index[order], theta, cfg.kernel, cfg.degree) * mask[None, :]
     alpha = jnp.where(mask, jnp.asarray(alpha_init, dtype), 1.0)
-    b = _initial_thresholds(y, weights, cfg.n_classes, dtype)
+    b = _initial_thresholds(y, weights, cfg, dtype)
     sigma = jnp.ones((), dtype)
     fit = _laplace(Phi, y, weights, b, sigma, alpha, jnp.zeros(m, dtype), newton_rtol, cfg)
 
@@ -766,12 +790,16 @@ def fit_sbor(X, y, weights, cand_index, cand_valid, theta, *, config: ISBORConfi
         emit(_sbor_line, final=True, it=it, evidence=fit.evidence,
              n_active=jnp.sum(mask).astype(jnp.int32), converged=done & (status == Status.SUCCESS))
     rows = jnp.where(mask, cand_index[slot_pos], -1)
+    thr_cov, cross_cov, ok = _threshold_posterior(Phi, y, weights, fit, alpha, b, sigma, cfg)
+    status = jnp.where(ok, status, Status.NOT_POSITIVE_DEFINITE).astype(jnp.int32)
     return ISBORResult(
         relevance_index=rows, mask=mask, centres=_centres(X, rows, mask, cfg), w=fit.w,
-        chol=fit.chol, alpha=alpha, b=b, sigma=sigma, theta=theta, log_evidence=fit.evidence,
+        chol=fit.chol, alpha=alpha, b=b, thresholds_cov=thr_cov, cross_cov=cross_cov,
+        sigma=sigma, theta=theta, log_evidence=fit.evidence,
         evidence_trace=ev_trace, action_trace=act_trace,
         index_trace=jnp.full(cfg.max_iter, -1, jnp.int32), n_active=jnp.sum(mask).astype(jnp.int32),
         n_pruned=n_pruned, n_iter=it, converged=done & (status == Status.SUCCESS), status=status,
+        center=center, scale=scale,
     )
 
 
@@ -785,11 +813,17 @@ _GH_X, _GH_W = np.polynomial.hermite.hermgauss(64)
 def predict_isbor(result: ISBORResult, X, *, kernel="rbf", degree=2, link="probit"):
     """Predictive distribution at new points.
 
-    ``f(x) ~ N(m, v)`` with ``m = phi(x)^T w*`` and ``v = phi(x)^T Sigma phi(x)``;
-    ``P(y = k | x) = F((b_{k+1} - m)/s) - F((b_k - m)/s)``, ``s = sqrt(sigma^2 + v)`` (exact
-    for the probit), by :func:`bayesord._likelihood.log_class_probs`.  ``proba_std`` is the
-    standard deviation of ``P(y = k | f)`` over ``f ~ N(m, v)`` (64-point Gauss-Hermite,
-    accurate to about 1e-5 absolute unless ``sqrt(v)`` is many times ``sigma``).
+    Inputs are standardised with the fit's ``center`` and ``scale``.  Under the joint
+    Laplace posterior of (w, b), ``f(x) = phi(x)^T w`` has mean ``m = phi(x)^T w*`` and
+    ``u_k = b_k - f(x)`` variance ``s_k^2 = v + Sigma_bb[k, k] - 2 a_k + a^T Sigma_bb^{-1} a``
+    with ``v = phi(x)^T P_ww^{-1} phi(x)`` (the weights' conditional posterior) and
+    ``a = Sigma_wb^T phi(x)``; ``P(y <= k | x) = F((b_k - m) / s_k)`` with
+    ``s_k = sqrt(sigma^2 + s_k^2)`` for the probit (exact) and the probit approximation for
+    the logit (:func:`bayesord._likelihood.predictive_scale`).  ``latent_var`` is the
+    marginal variance of f(x), ``v + a^T Sigma_bb^{-1} a``.  ``proba_std`` is the standard
+    deviation of ``P(y = k | f)`` over the weights' posterior with the thresholds at their
+    estimate, ``f ~ N(m, v)`` (64-point Gauss-Hermite, accurate to about 1e-5 absolute
+    unless ``sqrt(v)`` is many times ``sigma``).
 
     Args:
         result: a fitted :class:`ISBORResult`.
@@ -803,7 +837,7 @@ def predict_isbor(result: ISBORResult, X, *, kernel="rbf", degree=2, link="probi
         :class:`ISBORPrediction`.
     """
     dtype = result.w.dtype
-    X = X.astype(dtype)
+    X = (X.astype(dtype) - result.center) / result.scale
     if kernel == "precomputed":
         Phi = jnp.take(X, jnp.maximum(result.relevance_index, 0), axis=1)
     else:
@@ -811,11 +845,16 @@ def predict_isbor(result: ISBORResult, X, *, kernel="rbf", degree=2, link="probi
     Phi = Phi * result.mask[None, :]
     mean = Phi @ result.w
     V = solve_triangular(result.chol, Phi.T, lower=True)
-    var = jnp.sum(V * V, axis=0)
-    scale = jnp.sqrt(result.sigma ** 2 + var)
+    a = Phi @ result.cross_cov
+    L_b = jnp.linalg.cholesky(result.thresholds_cov)
+    c = jax.scipy.linalg.cho_solve((L_b, True), a.T).T
+    weight_var = jnp.sum(V * V, axis=0)
+    var = weight_var + jnp.sum(a * c, axis=1)
+    margin_var = var[:, None] + jnp.diag(result.thresholds_cov)[None, :] - 2.0 * a
+    scale = predictive_scale(jnp.maximum(margin_var, 0.0), result.sigma, link)
     log_p = log_class_probs(mean, scale, result.b, link)
     proba = jnp.exp(log_p)
-    nodes = mean[:, None] + jnp.sqrt(2.0 * var)[:, None] * jnp.asarray(_GH_X, dtype)[None, :]
+    nodes = mean[:, None] + jnp.sqrt(2.0 * weight_var)[:, None] * jnp.asarray(_GH_X, dtype)[None, :]
     lp_nodes = log_class_probs(nodes.reshape(-1), jnp.full(nodes.size, result.sigma, dtype),
                                result.b, link).reshape(nodes.shape + (result.b.shape[0] + 1,))
     wq = jnp.asarray(_GH_W / np.sqrt(np.pi), dtype)

@@ -15,9 +15,9 @@ and the likelihood is the ordinal likelihood of :mod:`bayesord._likelihood` (Eq.
   optimum by the implicit function theorem (``dw*/deta = Sigma dG/deta`` where
   ``G = d logpost / dw``), reusing the Cholesky factor; the while loop itself is never
   differentiated.
-* :func:`joint_precision` is the negative Hessian of the log posterior over ``(w, b)``
-  (thresholds with a flat prior) at any point: the precision of the joint Laplace
-  posterior, which keeps the correlation between the weights and the thresholds.
+* :func:`joint_posterior` completes the Laplace posterior of ``w`` at any point into one
+  over ``(w, b)`` (thresholds with a flat prior), which keeps the correlation between the
+  weights and the thresholds.
 * :func:`newton_map_joint` maximises over ``(w, b)`` jointly (thresholds as parameters with
   a flat prior): the ordinal log-likelihood is jointly concave in ``(f, b)``, so Newton with
   backtracking (which also rejects any step that would break the threshold order)
@@ -45,7 +45,8 @@ __all__ = [
     "laplace_log_evidence",
     "JointResult",
     "newton_map_joint",
-    "joint_precision",
+    "JointPosterior",
+    "joint_posterior",
 ]
 
 _ARMIJO = 1e-4
@@ -367,19 +368,39 @@ def newton_map_joint(Phi, y, weights, b0, sigma, alpha, w0, rtol, *, link="probi
                        n_iter=n_iter, converged=converged, status=status)
 
 
-def joint_precision(Phi, y, weights, w, b, sigma, alpha, link="probit"):
-    """Cholesky factor of the joint Laplace precision over ``(w, b)`` at a given point.
 
-    The negative Hessian of ``log p(y | Phi w, b, sigma) - 1/2 w^T A w`` in ``(w, b)``
-    (a flat prior on the thresholds), shape (m + K-1, m + K-1).  At the joint MAP it is the
-    precision :func:`newton_map_joint` returns; at the type-II optimum of the evidence
-    (where ``w`` is the MAP for the tuned thresholds) it gives a Gaussian over ``(w, b)``
-    whose threshold block carries the curvature of the likelihood in ``b`` and whose
-    off-diagonal block carries the correlation between ``w`` and ``b``.
+class JointPosterior(NamedTuple):
+    """The thresholds' part of the joint Laplace posterior of (w, b)."""
 
-    Returns:
-        (chol, ok): the lower Cholesky factor, and False when it failed.
+    thresholds_cov: jax.Array
+    """Marginal covariance of b, (K-1, K-1): the inverse Schur complement
+    ``(P_bb - P_bw P_ww^{-1} P_wb)^{-1}`` of the joint precision."""
+    cross_cov: jax.Array
+    """Covariance of w with b, (m, K-1): ``-gain @ thresholds_cov``."""
+    gain: jax.Array
+    """``G = P_ww^{-1} P_wb``, (m, K-1): the weights' marginal covariance is
+    ``P_ww^{-1} + G thresholds_cov G^T``."""
+    ok: jax.Array
+    """False when the Schur complement is not positive definite."""
+
+
+def joint_posterior(Phi, y, weights, w, b, sigma, alpha, chol, link="probit") -> JointPosterior:
+    """The joint Laplace posterior of ``(w, b)`` from the factor of the weights' precision.
+
+    The joint precision is the negative Hessian of ``log p(y | Phi w, b, sigma) - 1/2 w^T A
+    w`` in ``(w, b)`` (a flat prior on the thresholds); its weight block ``P_ww = A + Phi^T
+    H Phi`` is the precision the Newton solve already factorised (``chol``), so only the
+    small threshold blocks are new.  At the joint MAP this is the posterior
+    :func:`newton_map_joint` returns; at the type-II optimum of the evidence (``w`` the MAP
+    for the tuned thresholds) it is the Gaussian over ``(w, b)`` that keeps the correlation
+    between the weights and the thresholds.  The marginal covariance of ``w`` is
+    ``P_ww^{-1} + G thresholds_cov G^T`` with ``G = P_ww^{-1} P_wb``.
     """
+    m = Phi.shape[1]
     t = ordinal_terms(Phi @ w, y, b, sigma, link)
     _, precision = _joint_derivatives(Phi, y, weights, t, w, b.shape[0], alpha)
-    return safe_cholesky(precision)
+    p_wb, p_bb = precision[:m, m:], precision[m:, m:]
+    gain = chol_solve(chol, p_wb)
+    L, ok = safe_cholesky(p_bb - p_wb.T @ gain)
+    thresholds_cov = chol_solve(L, jnp.eye(b.shape[0], dtype=L.dtype))
+    return JointPosterior(thresholds_cov, -gain @ thresholds_cov, gain, ok)

@@ -34,11 +34,14 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.scipy.special import ndtri
 
 __all__ = [
     "LINKS",
     "log_cdf",
     "log_pdf",
+    "quantile",
+    "predictive_scale",
     "log1mexp",
     "log_interval",
     "OrdinalTerms",
@@ -84,6 +87,25 @@ def log_cdf(z, link: str = "probit"):
     """log F(z): the normal CDF for the probit, ``log_sigmoid`` for the logit."""
     _check_link(link)
     return _log_ndtr(z) if link == "probit" else jax.nn.log_sigmoid(z)
+
+
+def quantile(p, link: str = "probit"):
+    """``F^{-1}(p)``: the normal quantile for the probit, the logit function for the logit."""
+    _check_link(link)
+    return ndtri(p) if link == "probit" else jnp.log(p) - jnp.log1p(-p)
+
+
+def predictive_scale(var, sigma, link: str = "probit"):
+    """Scale ``s`` with ``E[F(z / sigma)] ~= F(m / s)`` for ``z ~ N(m, var)``.
+
+    Exact for the probit, ``s = sqrt(sigma^2 + var)``; for the logit the probit
+    approximation of the logistic-Gaussian integral (MacKay 1992),
+    ``s = sigma sqrt(1 + pi var / (8 sigma^2))``.
+    """
+    _check_link(link)
+    if link == "probit":
+        return jnp.sqrt(sigma * sigma + var)
+    return sigma * jnp.sqrt(1.0 + jnp.pi * var / (8.0 * sigma * sigma))
 
 
 def log_pdf(z, link: str = "probit"):

@@ -39,7 +39,7 @@ covariance) for ``x^T w``, as statsmodels and R's ``ordinal`` report them.
 **The predictive distribution integrates the joint posterior of (w, b).**  In both modes
 the result holds a Gaussian over the weights *and* the thresholds: the inverse of the joint
 negative Hessian of the log posterior (a flat prior on the thresholds), at the joint MAP
-("joint") or at the type-II optimum ("evidence"; :func:`bayesord._laplace.joint_precision`).
+("joint") or at the type-II optimum ("evidence"; :func:`bayesord._laplace.joint_posterior`).
 With ``u_k = b_k - (x - c)^T w`` Gaussian under it,
 ``P(y <= k | x) = E[F(u_k / sigma)] = Phi((b_k - m) / sqrt(sigma^2 + s_k^2))`` exactly for
 the probit, ``s_k^2 = Var(u_k) = x_c^T Sigma_ww x_c - 2 x_c^T Sigma_wb[:, k] + Sigma_bb[k, k]``
@@ -59,20 +59,24 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import optax
-from jax.scipy.special import ndtri
 
 from ._columns import column_moments
 from ._laplace import (
-    joint_precision,
+    joint_posterior,
     laplace_at,
     laplace_log_evidence,
     map_weights,
     newton_map_joint,
 )
-from ._likelihood import LINKS, log_class_probs, log_cumulative_probs, ordinal_terms
+from ._likelihood import LINKS, log_class_probs, log_cumulative_probs, ordinal_terms, predictive_scale
 from ._linalg import chol_inverse, chol_logdet, chol_solve, safe_cholesky
 from ._status import Status
-from ._thresholds import params_from_thresholds, thresholds_from_params, thresholds_jacobian
+from ._thresholds import (
+    initial_thresholds,
+    params_from_thresholds,
+    thresholds_from_params,
+    thresholds_jacobian,
+)
 
 __all__ = [
     "ProbitConfig",
@@ -169,16 +173,6 @@ class ProbitPrediction(NamedTuple):
     """Cumulative probabilities P(y <= k) for k < K-1, shape (n, K-1)."""
 
 
-def _initial_thresholds(y, weights, n_classes, link, dtype):
-    """Thresholds matching the weighted class frequencies at f = 0."""
-    counts = jax.ops.segment_sum(weights, y, num_segments=n_classes)
-    cum = jnp.cumsum(counts)[:-1] / jnp.sum(counts)
-    cum = jnp.clip(cum, 1e-6, 1 - 1e-6).astype(dtype)
-    b = ndtri(cum) if link == "probit" else jnp.log(cum) - jnp.log1p(-cum)
-    # Equal cumulative frequencies (an empty class) would give equal thresholds.
-    return b + jnp.arange(n_classes - 1, dtype=dtype) * 1e-3
-
-
 def _initial_weights(X, y, weights, b0, alpha):
     """Ridge regression of each class's typical latent value on X: a start for Newton.
 
@@ -258,7 +252,7 @@ def _scaled_start(X, y, weights, alpha, link, n_classes):
     """Newton start ``(c w0, c b0)``: thresholds at the class frequencies, the ridge start of
     :func:`_initial_weights`, and the common scale of :func:`_initial_scale` (sized on at
     most ``_SCALE_ROWS`` rows)."""
-    b0 = _initial_thresholds(y, weights, n_classes, link, X.dtype)
+    b0 = initial_thresholds(y, weights, n_classes, link, X.dtype)
     w0 = _initial_weights(X, y, weights, b0, alpha)
     Xs, ys, ws = _strided(X, y, weights, _SCALE_ROWS)
     scale = _initial_scale(Xs @ w0, ys, ws, b0, alpha, w0, link)
@@ -447,28 +441,19 @@ def _fit_evidence(X, y, weights, alpha0, rtol, joint, config, n_classes):
     log_post, loglik, L, chol_ok = laplace_at(w, X, y, weights, b, sigma, alpha, link)
     log_ev = laplace_log_evidence(log_post, L, alpha)
     # The predictive posterior: a Gaussian over (w, b) at the type-II optimum.
-    L_joint, joint_ok = joint_precision(X, y, weights, w, b, sigma, alpha, link)
-    cov = chol_inverse(L_joint)
-    chol_ok = chol_ok & joint_ok
+    post = joint_posterior(X, y, weights, w, b, sigma, alpha, L, link)
+    coef_cov = chol_inverse(L) + post.gain @ post.thresholds_cov @ post.gain.T
+    chol_ok = chol_ok & post.ok
     status = jnp.where(done, Status.SUCCESS, Status.MAX_ITER)
     status = jnp.where(inner_status != Status.SUCCESS, inner_status, status)
     status = jnp.where(chol_ok, status, Status.NOT_POSITIVE_DEFINITE)
     status = jnp.where(jnp.isfinite(log_ev) & jnp.isfinite(last), status, Status.NONFINITE)
     return ProbitResult(
-        coef=w, coef_cov=cov[:d, :d], thresholds=b, thresholds_cov=cov[d:, d:],
-        cross_cov=cov[:d, d:], sigma=sigma, alpha=alpha, log_evidence=log_ev, loglik=loglik,
+        coef=w, coef_cov=coef_cov, thresholds=b, thresholds_cov=post.thresholds_cov,
+        cross_cov=post.cross_cov, sigma=sigma, alpha=alpha, log_evidence=log_ev, loglik=loglik,
         n_iter=n_iter, converged=done & inner_ok & chol_ok & joint.converged,
         status=status.astype(jnp.int32), center=jnp.zeros(d, dtype), scale=jnp.ones(d, dtype),
     )
-
-
-def _predictive_scale(var, sigma, link):
-    """Standard deviation of the latent noise plus a Gaussian of variance ``var`` on its
-    argument: exact for the probit; for the logit the probit approximation
-    ``F(z / sqrt(1 + pi v / 8))`` of the logistic-Gaussian integral (MacKay 1992)."""
-    if link == "probit":
-        return jnp.sqrt(sigma * sigma + var)
-    return sigma * jnp.sqrt(1.0 + jnp.pi * var / (8.0 * sigma * sigma))
 
 
 @partial(jax.jit, static_argnames=("link",))
@@ -478,7 +463,7 @@ def predict_probit(result: ProbitResult, X, *, link: str = "probit") -> ProbitPr
     Integrates the joint Gaussian posterior of (w, b): with ``x_c = x - center``,
     ``m = x_c^T w*`` and ``s_k^2 = Var(b_k - x_c^T w)`` (see the module docstring),
     ``P(y <= k) = F((b_k - m) / sqrt(sigma^2 + s_k^2))`` -- exact for the probit, the probit
-    approximation for the logit (:func:`_predictive_scale`).
+    approximation for the logit (:func:`bayesord._likelihood.predictive_scale`).
     """
     X = jnp.asarray(X, result.coef.dtype)
     Xc = X - result.center
@@ -486,7 +471,7 @@ def predict_probit(result: ProbitResult, X, *, link: str = "probit") -> ProbitPr
     weight_var = jnp.einsum("ij,jk,ik->i", Xc, result.coef_cov, Xc)
     margin_var = (weight_var[:, None] - 2.0 * Xc @ result.cross_cov
                   + jnp.diag(result.thresholds_cov)[None, :])
-    scale = _predictive_scale(jnp.maximum(margin_var, 0.0), result.sigma, link)
+    scale = predictive_scale(jnp.maximum(margin_var, 0.0), result.sigma, link)
     proba = jnp.exp(log_class_probs(mean_c, scale, result.thresholds, link))
     cum = jnp.exp(log_cumulative_probs(mean_c, scale, result.thresholds, link))
     var = jnp.einsum("ij,jk,ik->i", X, result.coef_cov, X)

@@ -9,9 +9,26 @@ standard errors can be compared one to one.  Ordered by construction, never sort
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 
-__all__ = ["thresholds_from_params", "params_from_thresholds", "thresholds_jacobian"]
+from ._likelihood import quantile
+
+__all__ = ["initial_thresholds", "thresholds_from_params", "params_from_thresholds",
+           "thresholds_jacobian"]
+
+
+def initial_thresholds(y, weights, n_classes, link, dtype, *, clip=1e-6, min_gap=1e-3):
+    """Thresholds that reproduce the weighted class frequencies at ``f = 0``.
+
+    ``b_k = F^{-1}(P(y <= k))`` with ``F`` the link's CDF, the cumulative proportions
+    clipped to ``[clip, 1 - clip]`` and consecutive thresholds at least ``min_gap`` apart
+    (an empty class would otherwise give two equal thresholds).
+    """
+    counts = jax.ops.segment_sum(weights, y, num_segments=n_classes)
+    cum = jnp.cumsum(counts)[:-1] / jnp.sum(counts)
+    b = quantile(jnp.clip(cum, clip, 1 - clip), link).astype(dtype)
+    return jnp.concatenate([b[:1], b[:1] + jnp.cumsum(jnp.maximum(jnp.diff(b), min_gap))])
 
 
 def thresholds_from_params(theta):

@@ -187,7 +187,8 @@ def _sparse_log_probs(kernel, degree, link):
         if kernel == "precomputed":
             Phi = jnp.take(X, params["columns"], axis=1)
         else:
-            Phi = kernel_matrix(X, params["centres"], params["theta"], kernel, degree)
+            Z = (X - params["center"]) / params["scale"]
+            Phi = kernel_matrix(Z, params["centres"], params["theta"], kernel, degree)
         f = Phi @ params["weights"]
         return log_class_probs(f, jnp.broadcast_to(params["sigma"], f.shape),
                                params["thresholds"], link)
@@ -217,6 +218,8 @@ def _sparse_posterior(result, kernel, degree, link, classes, model_name) -> Lapl
              "alpha": np.asarray(res.alpha, dtype=np.float64)[mask]}
     data = {"centres": np.asarray(res.centres, dtype=np.float64)[mask],
             "theta": np.asarray(res.theta, dtype=np.float64),
+            "center": np.asarray(res.center, dtype=np.float64),
+            "scale": np.asarray(res.scale, dtype=np.float64),
             "columns": rows.astype(np.int32)}
     return LaplacePosterior(model_name, np.asarray(res.w, dtype=np.float64)[mask], cov,
                             lambda flat: {"weights": flat}, fixed, dims, coords,

@@ -15,6 +15,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from .. import metrics
 from .._basis import KERNELS, kmeanspp_indices
+from .._columns import column_moments
 from .._isbor import Action, ISBORConfig, ISBORResult, fit_isbor, fit_sbor, predict_isbor
 from .._linalg import chol_inverse
 from .._progress import check_verbose, prefix
@@ -144,7 +145,7 @@ class _SparseBayesOrdinal(SavableMixin, OrdinalEstimator):
         key = jax.random.PRNGKey(rng.randint(2**31 - 1))
         Xj, yj, swj = jnp.asarray(X), jnp.asarray(codes, jnp.int32), jnp.asarray(sw)
         key, k_centres, k_sel = jax.random.split(key, 3)
-        cand = self._candidates(Xj, k_centres)
+        cand = self._candidates(Xj, swj, k_centres)
         if isinstance(self.theta, str):
             theta, scores = self._select_theta(Xj, yj, swj, n_classes, k_sel, rng)
             self.theta_grid_scores_ = scores
@@ -156,12 +157,14 @@ class _SparseBayesOrdinal(SavableMixin, OrdinalEstimator):
         self._store(res, config)
         return self
 
-    def _candidates(self, X, key):
+    def _candidates(self, X, sw, key):
         n = X.shape[0]
         if self.n_centres is None or self.n_centres >= n:
             return jnp.arange(n, dtype=jnp.int32)
         if self.centre_selection == "kmeans++":
-            return kmeanspp_indices(X, key, int(self.n_centres))
+            # On the standardised columns the fit works with (k-means++ compares distances).
+            center, scale = column_moments(X, sw)
+            return kmeanspp_indices((X - center) / scale, key, int(self.n_centres))
         return jnp.sort(jax.random.permutation(key, n)[: self.n_centres]).astype(jnp.int32)
 
     def _select_theta(self, X, y, sw, n_classes, key, rng):
@@ -181,7 +184,7 @@ class _SparseBayesOrdinal(SavableMixin, OrdinalEstimator):
             n = rows.size
         if self.kernel == "precomputed":
             raise ValueError("theta='auto' needs a kernel to evaluate; give a number with a precomputed basis")
-        cand = self._candidates(X, key)
+        cand = self._candidates(X, sw, key)
         config = self._config(n, cand.shape[0], n_classes, X.dtype)
         thetas = jnp.asarray(grid, X.dtype)
         run = dict(solver=self._solver, config=config)
@@ -275,12 +278,16 @@ class _SparseBayesOrdinal(SavableMixin, OrdinalEstimator):
         mask = np.asarray(res.mask)
         idx = np.asarray(res.relevance_index)[mask]
         self.relevance_indices_ = idx
-        self.relevance_vectors_ = np.asarray(res.centres)[mask] if config.kernel != "precomputed" else None
+        self.relevance_vectors_ = (np.asarray(res.centres)[mask] * np.asarray(res.scale)
+                                   + np.asarray(res.center) if config.kernel != "precomputed" else None)
         self.coef_ = np.asarray(res.w)[mask]
-        cov = np.asarray(chol_inverse(res.chol))
+        # The weights' marginal covariance under the joint posterior of (w, b).
+        cross = np.asarray(res.cross_cov)
+        cov = np.asarray(chol_inverse(res.chol)) + cross @ np.linalg.solve(res.thresholds_cov, cross.T)
         self.coef_cov_ = cov[np.ix_(mask, mask)]
         self.alpha_ = np.asarray(res.alpha)[mask]
         self.thresholds_ = np.asarray(res.b)
+        self.thresholds_cov_ = np.asarray(res.thresholds_cov)
         self.sigma_ = float(res.sigma)
         self.theta_ = float(res.theta)
         self.log_evidence_ = float(res.log_evidence)
@@ -297,7 +304,8 @@ class _SparseBayesOrdinal(SavableMixin, OrdinalEstimator):
 
         One row per relevance vector (``rv <training row>``: posterior mean, sd and central
         ``level`` interval of its weight, and its prior precision alpha), then one row per
-        threshold (type-II maximum-likelihood point estimates: sd and interval are NaN).
+        threshold (its type-II maximum-likelihood estimate, with the sd of the joint Laplace
+        posterior of weights and thresholds there; alpha is NaN).
 
         Returns:
             pandas DataFrame indexed by parameter name.
@@ -307,7 +315,8 @@ class _SparseBayesOrdinal(SavableMixin, OrdinalEstimator):
         nan = np.full(len(thr), np.nan)
         return posterior_table([f"rv {i}" for i in self.relevance_indices_] + thr,
                                np.concatenate([self.coef_, self.thresholds_]),
-                               np.concatenate([np.sqrt(np.diag(self.coef_cov_)), nan]), level,
+                               np.sqrt(np.concatenate([np.diag(self.coef_cov_),
+                                                       np.diag(self.thresholds_cov_)])), level,
                                alpha=np.concatenate([self.alpha_, nan]))
 
     def _saved_state(self):
@@ -441,7 +450,7 @@ class ISBOR(_SparseBayesOrdinal):
     """
 
     _solver_name = "ISBOR"
-    _format = "bayesord.ISBOR/1"
+    _format = "bayesord.ISBOR/2"
     _solver = staticmethod(_isbor_solve)
 
     def __init__(self, kernel="rbf", theta="auto", theta_grid=_DEFAULT_GRID, theta_selection="cv",
@@ -490,7 +499,7 @@ class SBOR(_SparseBayesOrdinal):
     """
 
     _solver_name = "SBOR"
-    _format = "bayesord.SBOR/1"
+    _format = "bayesord.SBOR/2"
     _solver = staticmethod(_sbor_solve)
 
     def __init__(self, kernel="rbf", theta="auto", theta_grid=_DEFAULT_GRID, theta_selection="cv",
