@@ -34,6 +34,7 @@ from ._rankpairs import (
 from ._redsvm import RedSVMConfig, RedSVMResult, fit_redsvm
 from ._status import Status
 from ._tor import TORConfig, TORResult, fit_tor
+from ._validation import ColumnScaleWarning
 from .diagnostics import to_inference_data
 from .estimators import (
     ISBOR,
@@ -51,6 +52,7 @@ from .estimators import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "ColumnScaleWarning",
     "CuSumRank",
     "ISBOR",
     "ISBORConfig",

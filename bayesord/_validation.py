@@ -16,8 +16,12 @@ import numpy as np
 import scipy.sparse as sp
 
 __all__ = [
+    "COLUMN_SCALE_LIMIT",
+    "ColumnScaleWarning",
     "MAX_IMPLICIT_CLASSES",
     "check_X",
+    "column_moments",
+    "column_scale_problems",
     "check_sample_weight",
     "encode_labels",
     "encode_known_labels",
@@ -25,6 +29,13 @@ __all__ = [
 ]
 
 MAX_IMPLICIT_CLASSES = 1000
+# Column scales (standard deviations) that differ by more than this factor, or a column whose
+# |mean| exceeds this many standard deviations, get a ColumnScaleWarning.
+COLUMN_SCALE_LIMIT = 1e3
+
+
+class ColumnScaleWarning(UserWarning):
+    """The feature columns' offsets or scales are far apart: standardise them before fitting."""
 
 
 def float_dtype():
@@ -118,6 +129,72 @@ def _check_not_empty(shape, name):
         raise ValueError(f"{name} has 0 sample(s) (shape={shape}) while a minimum of 1 is required.")
     if shape[1] == 0:
         raise ValueError(f"{name} has 0 feature(s) (shape={shape}) while a minimum of 1 is required.")
+
+
+def column_moments(X):
+    """Mean, standard deviation and constancy of every column, without densifying.
+
+    Args:
+        X: (n, d) float ndarray or scipy.sparse CSR matrix (as :func:`check_X` returns).
+
+    Returns:
+        (mean, sd, constant): float arrays of shape (d,) (the population sd, ddof 0) and a
+        bool array, True where every entry of the column is the same.  Constancy is
+        decided on the values, not on ``sd == 0``, which rounding can miss.
+    """
+    n = X.shape[0]
+    if sp.issparse(X):
+        X = sp.csr_matrix(X)
+        mean = np.asarray(X.sum(axis=0)).ravel() / n
+        # Squared deviations of the stored entries, plus those of the implicit zeros.
+        stored = np.bincount(X.indices, minlength=X.shape[1])
+        dev2 = np.bincount(X.indices, weights=(X.data - mean[X.indices]) ** 2, minlength=X.shape[1])
+        var = (dev2 + (n - stored) * mean**2) / n
+        constant = np.asarray(X.max(axis=0).todense()).ravel() == np.asarray(X.min(axis=0).todense()).ravel()
+    else:
+        mean = X.mean(axis=0)
+        var = np.mean((X - mean) ** 2, axis=0)
+        constant = np.all(X == X[:1], axis=0)
+    return mean, np.sqrt(var), constant
+
+
+def column_scale_problems(X, names=None, offsets=True) -> str | None:
+    """What is wrong with the offsets and scales of the columns of ``X``, or None.
+
+    Two problems are reported, naming the columns (``names``, else ``x0``, ``x1``, ...):
+    standard deviations that differ by more than :data:`COLUMN_SCALE_LIMIT` between
+    columns, and (when ``offsets``; never for sparse ``X``, which is not centred on
+    purpose) a column whose |mean| / sd exceeds it.  Constant columns are left out of both
+    (they have no scale to compare).
+
+    Args:
+        X: (n, d) float ndarray or scipy.sparse CSR matrix.
+        names: the d column names, or None.
+        offsets: whether to check the offsets as well as the scales.
+
+    Returns:
+        A sentence naming the problem columns, or None when there is none.
+    """
+    mean, sd, constant = column_moments(X)
+    varying = np.flatnonzero(~constant)
+    if varying.size == 0:
+        return None
+    label = [f"x{j}" for j in range(X.shape[1])] if names is None else [str(c) for c in names]
+    problems = []
+    small, large = varying[np.argmin(sd[varying])], varying[np.argmax(sd[varying])]
+    if sd[large] > COLUMN_SCALE_LIMIT * sd[small]:
+        problems.append(f"column standard deviations differ by a factor of {sd[large] / sd[small]:.2g} "
+                        f"(from {sd[small]:.3g} for {label[small]!r} to {sd[large]:.3g} for "
+                        f"{label[large]!r}; more than {COLUMN_SCALE_LIMIT:g})")
+    if offsets and not sp.issparse(X):
+        ratio = np.abs(mean[varying]) / sd[varying]
+        far = varying[ratio > COLUMN_SCALE_LIMIT]
+        if far.size:
+            shown = ", ".join(f"{label[j]!r} ({abs(mean[j]) / sd[j]:.2g})" for j in far[:10])
+            more = f" and {far.size - 10} more" if far.size > 10 else ""
+            problems.append(f"columns whose mean is more than {COLUMN_SCALE_LIMIT:g} standard "
+                            f"deviations from zero (|mean|/sd): {shown}{more}")
+    return "; ".join(problems) or None
 
 
 def check_sample_weight(sample_weight, n: int) -> np.ndarray:

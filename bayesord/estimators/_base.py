@@ -18,7 +18,14 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from .._status import warn_user
-from .._validation import check_sample_weight, check_X, encode_known_labels, encode_labels
+from .._validation import (
+    ColumnScaleWarning,
+    check_sample_weight,
+    check_X,
+    column_scale_problems,
+    encode_known_labels,
+    encode_labels,
+)
 
 __all__ = ["OrdinalEstimator", "SavableMixin", "SnapshotSavableMixin", "fresh_fit", "posterior_table",
            "read_model_file", "reset_fitted", "threshold_names"]
@@ -29,11 +36,20 @@ class OrdinalEstimator(BaseEstimator):
 
     Subclasses set ``_accept_sparse`` and implement ``fit``/``predict`` using
     :meth:`_validate_fit` and :meth:`_validate_predict`.
+
+    Rules every estimator keeps here:
+
+    * ``fit`` warns (:class:`bayesord.ColumnScaleWarning`, naming the columns) when the
+      columns' standard deviations differ by more than 10^3, and, for models whose fit
+      depends on column offsets (``_offset_sensitive``), when a column's |mean|/sd
+      exceeds 10^3.  Constant columns are left out of both checks.
     """
 
     _accept_sparse = False
     # Why every declared class needs a training row (the end of the error message otherwise).
     _why_every_class = "every declared class needs at least one sample to place its thresholds"
+    # Whether the fit depends on the columns' offsets (the model does not centre them).
+    _offset_sensitive = False
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -50,6 +66,9 @@ class OrdinalEstimator(BaseEstimator):
 
         Returns:
             (X, codes, sample_weight) with codes in 0..K-1.
+
+        Warns:
+            ColumnScaleWarning: column scales or (``_offset_sensitive``) offsets far apart.
         """
         own = self.classes
         if classes is None:
@@ -58,6 +77,14 @@ class OrdinalEstimator(BaseEstimator):
             raise ValueError(f"classes={list(classes)!r} passed to fit differs from the estimator's "
                              f"classes={list(own)!r}; give one of them")
         X, names = check_X(X, accept_sparse=self._accept_sparse)
+        if getattr(self, "kernel", None) != "precomputed":  # a kernel matrix has no feature columns
+            problem = column_scale_problems(X, names, offsets=self._offset_sensitive)
+            if problem:
+                warn_user(f"{type(self).__name__}: {problem}. One penalty or prior for all weights "
+                          "treats such columns unequally, and solvers converge slowly on them: "
+                          "standardise the columns (e.g. a Pipeline with "
+                          "sklearn.preprocessing.StandardScaler); `bayesord fit` does it by default",
+                          ColumnScaleWarning)
         codes, classes_ = encode_labels(y, classes, n=X.shape[0])
         sw = check_sample_weight(sample_weight, X.shape[0])
         present = np.unique(codes[sw > 0])

@@ -28,6 +28,7 @@ class _StructuredPerceptron(SnapshotSavableMixin, OrdinalEstimator):
     """Shared fit / partial_fit / predict plumbing; subclasses fix the model variant."""
 
     _accept_sparse = True
+    _offset_sensitive = True
     _state_types = (core.PerceptronHyper, core.PerceptronState, core.PerceptronResult,
                     core.KernelPerceptronState, core.KernelPerceptronResult)
     _model = "cusum"

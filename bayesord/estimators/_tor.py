@@ -42,6 +42,7 @@ def _check_positive(value, name):
 
 class _RedSVMBase(SnapshotSavableMixin, OrdinalEstimator):
     _accept_sparse = True
+    _offset_sensitive = True
     _state_types = (KernelMap,)
 
     def _check_params(self):
