@@ -88,16 +88,14 @@ def make_model(kind, p, seed):
     raise ValueError(kind)
 
 
-def fit_predict(kind, p, seed, Xtr, ytr, Xte, k):
-    """Train on ranks 1..k and return test predictions.
+def fit_predict(kind, p, seed, Xtr, ytr, Xte):
+    """Train on (Xtr, ytr) and return test predictions.
 
-    The perceptrons declare all k ranks (an empty equal-length bin is fine for them and
-    keeps one compiled shape per dataset).  The probit places one threshold between
-    every pair of neighbouring ranks, so it is fitted on the ranks present and mapped back.
+    ``fit`` needs a training row of every declared rank, and an equal-length bin can be
+    empty in a training split, so every model is fitted on the ranks present and its
+    predictions are mapped back.
     """
     model = make_model(kind, p, seed)
-    if kind != "probit":
-        return np.asarray(model.fit(Xtr, ytr, classes=list(range(1, k + 1))).predict(Xte))
     present = np.unique(ytr)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
@@ -118,7 +116,7 @@ def grid(kind, d, quick):
     return [dict(p, gamma=g / d) for p in base for g in (0.02, 0.1, 0.25, 1.0, 4.0)]
 
 
-def select(kind, X, y, k, quick, seed, repeats=3):
+def select(kind, X, y, quick, seed, repeats=3):
     """3-fold CV inside one training part, repeated over ``repeats`` shuffles (equal fold
     sizes, so one compiled shape); the candidate with the lowest mean MAE wins."""
     cands = grid(kind, X.shape[1], quick)
@@ -137,7 +135,7 @@ def select(kind, X, y, k, quick, seed, repeats=3):
         errs = []
         for tr, te in splits:
             Xtr, Xte = rescale(X[tr], X[te], p.get("scale", "standard"))
-            errs.append(np.mean(np.abs(fit_predict(kind, p, seed, Xtr, y[tr], Xte, k) - y[te])))
+            errs.append(np.mean(np.abs(fit_predict(kind, p, seed, Xtr, y[tr], Xte) - y[te])))
         scores.append(np.mean(errs))
     return cands[int(np.argmin(scores))]
 
@@ -145,15 +143,15 @@ def select(kind, X, y, k, quick, seed, repeats=3):
 ALL_KINDS = ("cusum_linear", "cusum_rbf", "prank", "probit")
 
 
-def protocol_errors(kind, X, y, k, parts, quick):
+def protocol_errors(kind, X, y, parts, quick):
     """Select ``kind``'s parameters on the training part of ``parts[0]``, then fit and test
     on every partition.  Returns (test MAE per partition, the selected parameters)."""
     tr0 = parts[0][0]
-    p = select(kind, X[tr0], y[tr0], k, quick, seed=0)
+    p = select(kind, X[tr0], y[tr0], quick, seed=0)
     errs = []
     for i, (tr, te) in enumerate(parts):
         Xtr, Xte = rescale(X[tr], X[te], p.get("scale", "standard"))
-        pred = fit_predict(kind, p, i, Xtr, y[tr], Xte, k)
+        pred = fit_predict(kind, p, i, Xtr, y[tr], Xte)
         errs.append(float(np.mean(np.abs(pred - y[te]))))
     return errs, p
 
@@ -185,7 +183,7 @@ def run_protocol(quick, n_parts, kinds, previous, save):
                         "paper_cusum": paper, "n_partitions": n_parts})
             t0 = time.perf_counter()
             for kind in kinds:
-                errs, p = protocol_errors(kind, X, y, k, parts, quick)
+                errs, p = protocol_errors(kind, X, y, parts, quick)
                 row[kind] = (float(np.mean(errs)), float(np.std(errs, ddof=1)) if len(errs) > 1 else 0.0)
                 row[kind + "_params"] = p
             row["seconds_" + "+".join(kinds)] = time.perf_counter() - t0
@@ -231,7 +229,7 @@ def run_draws(names, bins, n_draws, kinds, quick):
                 t0 = time.perf_counter()
                 means = []
                 for parts in draws:
-                    errs, _ = protocol_errors(kind, ds.X, y, k, parts, quick)
+                    errs, _ = protocol_errors(kind, ds.X, y, parts, quick)
                     means.append(float(np.mean(errs)))
                 means = np.asarray(means)
                 rows.append({"dataset": paper_name, "bins": k, "model": kind, "draws": n_draws,

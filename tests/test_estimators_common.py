@@ -194,3 +194,16 @@ def test_a_perceptron_stream_can_take_its_classes_from_the_constructor():
     np.testing.assert_array_equal(stream.decision_function(X0), reference.decision_function(X0))
     with pytest.raises(ValueError, match="first call to partial_fit needs classes"):
         CuSumRank().partial_fit(X0[:30], Y0[:30])
+
+
+@pytest.mark.parametrize("est", [clone(e) for e, _ in CASES], ids=[type(e).__name__ for e, _ in CASES])
+def test_fit_refuses_a_declared_class_without_training_rows(est):
+    """One rule for every estimator (before, PRank, CuSumRank and SwappedPairsSVM accepted it
+    silently): a model cannot place a class it has never seen; only partial_fit may declare
+    classes the stream has not shown yet."""
+    with pytest.raises(ValueError, match=r"classes \[4\] have no training samples"):
+        est.fit(X0, Y0, classes=[1, 2, 3, 4])
+    with pytest.raises(ValueError, match=r"classes \['top'\] have no training samples"):
+        clone(est).set_params(classes=["low", "mid", "high", "top"]).fit(
+            X0, np.array(["low", "mid", "high"])[Y0 - 1])
+

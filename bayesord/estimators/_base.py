@@ -39,6 +39,9 @@ class OrdinalEstimator(BaseEstimator):
 
     Rules every estimator keeps here:
 
+    * ``fit`` needs a training row of every declared class (``classes=``): a model cannot
+      place a class it has never seen.  Only a stream (``partial_fit``) may declare
+      classes it has not shown yet.
     * ``fit`` warns (:class:`bayesord.ColumnScaleWarning`, naming the columns) when the
       columns' standard deviations differ by more than 10^3, and, for models whose fit
       depends on column offsets (``_offset_sensitive``), when a column's |mean|/sd
@@ -67,6 +70,11 @@ class OrdinalEstimator(BaseEstimator):
         Returns:
             (X, codes, sample_weight) with codes in 0..K-1.
 
+        Raises:
+            ValueError: bad X, y or weights; fewer than ``min_classes`` classes with positive
+                weight; with ``require_all_classes`` (all but ``partial_fit``), a declared class
+                without a row of positive weight.
+
         Warns:
             ColumnScaleWarning: column scales or (``_offset_sensitive``) offsets far apart.
         """
@@ -94,7 +102,7 @@ class OrdinalEstimator(BaseEstimator):
                 f"positive weight; at least {min_classes} are needed to fit an ordinal model"
             )
         if require_all_classes and present.size < len(classes_):
-            missing = [classes_[k] for k in range(len(classes_)) if k not in set(present.tolist())]
+            missing = np.delete(np.asarray(classes_), present).tolist()
             raise ValueError(f"classes {missing} have no training samples; {self._why_every_class}")
         self.classes_ = classes_
         self.n_features_in_ = X.shape[1]

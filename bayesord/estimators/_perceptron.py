@@ -29,6 +29,8 @@ class _StructuredPerceptron(SnapshotSavableMixin, OrdinalEstimator):
 
     _accept_sparse = True
     _offset_sensitive = True
+    _why_every_class = ("fit needs a row of every declared class; a stream (partial_fit) may "
+                        "declare classes it has not shown yet")
     _state_types = (core.PerceptronHyper, core.PerceptronState, core.PerceptronResult,
                     core.KernelPerceptronState, core.KernelPerceptronResult)
     _model = "cusum"
@@ -89,15 +91,14 @@ class _StructuredPerceptron(SnapshotSavableMixin, OrdinalEstimator):
             sample_weight: optional non-negative weights; a weight scales that row's
                 update step (0 skips it); it is not the same as repeating the row.
             classes: labels in increasing order (needed for strings), as the constructor's
-                ``classes``.  When either is given, a declared rank may have no training
-                rows (as in ``partial_fit``).
+                ``classes``.  Every declared rank needs a training row (``partial_fit``
+                may declare ranks the stream has not shown yet).
 
         Returns:
             self.
         """
         self._check_params()
-        X, codes, sw = self._validate_fit(X, y, sample_weight, classes,
-                                          require_all_classes=classes is None and self.classes is None)
+        X, codes, sw = self._validate_fit(X, y, sample_weight, classes)
         if sp.issparse(X) and self._kernel() != "linear":
             raise TypeError(f"kernel={self._kernel()!r} needs dense X; sparse input works with kernel='linear'")
         dtype = float_dtype()

@@ -130,11 +130,12 @@ class SwappedPairsSVM(SnapshotSavableMixin, OrdinalEstimator):
 
         Raises:
             ValueError: bad parameters, fewer than two distinct ranks with positive weight
-                (no pair to order), and the input errors of the library.
+                (no pair to order), a declared class without training rows, and the input
+                errors of the library.
             TypeError: sparse input with ``kernel="rbf"``.
         """
         self._check_params()
-        X, codes, sw = self._validate_fit(X, y, sample_weight, classes, require_all_classes=False)
+        X, codes, sw = self._validate_fit(X, y, sample_weight, classes)
         if sp.issparse(X) and self.kernel == "rbf":
             raise TypeError("kernel='rbf' needs a dense X; pass X.toarray() or use kernel='linear'")
         dtype = float_dtype()
