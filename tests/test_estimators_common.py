@@ -207,3 +207,60 @@ def test_fit_refuses_a_declared_class_without_training_rows(est):
         clone(est).set_params(classes=["low", "mid", "high", "top"]).fit(
             X0, np.array(["low", "mid", "high"])[Y0 - 1])
 
+
+def _saved(tmp_path, est):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # TOR without unlabeled rows
+        est.fit(X0, Y0)
+    path = tmp_path / "m.npz"
+    est.save(path)
+    return path
+
+
+def _rewrite(path, arrays=None, **meta_changes):
+    """Save ``path`` again with ``meta_changes`` in its metadata and ``arrays`` replaced."""
+    import json
+
+    with np.load(path) as data:
+        entries = {k: data[k] for k in data.files}
+    meta = json.loads(bytes(entries.pop("meta")).decode())
+    meta.update(meta_changes)
+    entries.update(arrays or {})
+    np.savez(path, meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **entries)
+
+
+@pytest.mark.parametrize("est", [clone(e) for e, _ in CASES], ids=[type(e).__name__ for e, _ in CASES])
+def test_a_model_file_whose_metadata_disagrees_with_its_arrays_is_refused(tmp_path, est):
+    """Before, n_features_in edited from 2 to 5 loaded, and predict failed inside JAX."""
+    path = _saved(tmp_path, est)
+    load_model(path)
+    _rewrite(path, n_features_in=5)
+    with pytest.raises(ValueError, match=r"m\.npz does not hold a consistent .*5 features"):
+        load_model(path)
+    path = _saved(tmp_path, clone(est))
+    _rewrite(path, classes=[1, 2, 3, 4])
+    with pytest.raises(ValueError, match="4 classes"):
+        load_model(path)
+
+
+def test_a_damaged_model_file_is_one_value_error_naming_it(tmp_path):
+    path = _saved(tmp_path, PRank(random_state=0))
+    raw = path.read_bytes()
+    damaged = {
+        "flipped": raw[:200] + bytes([raw[200] ^ 0xFF]) + raw[201:],
+        "truncated": raw[: len(raw) // 2],
+        "text": b"grade,a\n1,2\n",
+        "empty": b"",
+    }
+    for kind, content in damaged.items():
+        path.write_bytes(content)
+        with pytest.raises(ValueError, match=r"m\.npz (is damaged|is not a model)") as err:
+            load_model(path)
+        assert "\n" not in str(err.value), kind
+    np.savez(path, a=np.zeros(2))
+    with pytest.raises(ValueError, match="no 'meta' entry"):
+        load_model(path)
+    path = _saved(tmp_path, PRank(random_state=0))
+    _rewrite(path, arrays={"state.coef_": np.zeros(3)})  # a 1-D weight of the wrong length
+    with pytest.raises(ValueError, match="coef_ has shape"):
+        load_model(path)

@@ -29,7 +29,9 @@ def load_model(path):
 
     Raises:
         FileNotFoundError: there is no file at ``path``.
-        ValueError: ``path`` is not a model file written by a bayesord estimator.
+        ValueError: naming ``path`` and the problem: it is not a model file written by a
+            bayesord estimator, it is damaged (cut short, altered bytes), or its metadata
+            disagrees with its arrays (e.g. the number of features or classes).
     """
     classes = (OrdinalProbit, ISBOR, SBOR, NPSVOR, CuSumRank, PRank, SwappedPairsSVM, RedSVM,
                TransductiveOrdinalRegression)

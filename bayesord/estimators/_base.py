@@ -11,6 +11,7 @@ import functools
 import json
 import os
 import zipfile
+import zlib
 
 import jax
 import numpy as np
@@ -53,6 +54,8 @@ class OrdinalEstimator(BaseEstimator):
     _why_every_class = "every declared class needs at least one sample to place its thresholds"
     # Whether the fit depends on the columns' offsets (the model does not centre them).
     _offset_sensitive = False
+    # How many thresholds_ a fitted model has beyond K - 1 (one per class: K).
+    _extra_thresholds = 0
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -121,6 +124,35 @@ class OrdinalEstimator(BaseEstimator):
             raise ValueError("X has different feature names (or order) than the data the model was fitted on")
         return X
 
+    def _check_restored(self):
+        """Check that a loaded model's arrays fit its features and classes.
+
+        The weights over the features are the rows the model stores (``relevance_vectors_``,
+        ``support_``, ``basis_``) when it has them, else ``coef_`` ((d,) or one row per class,
+        (K, d)); ``thresholds_`` has K - 1 entries (plus ``_extra_thresholds``).
+
+        A model whose fitted state holds other such arrays extends this check.
+
+        Raises:
+            ValueError: naming the first array that does not fit.
+        """
+        d, K = int(self.n_features_in_), len(self.classes_)
+        stored_rows = [name for name in _ROW_ATTRIBUTES if hasattr(self, name)]
+        for name in stored_rows or ["coef_"]:
+            value = getattr(self, name, None)
+            if value is None:
+                continue
+            shape = np.shape(value)
+            if not shape or shape[-1] != d or (name == "coef_" and len(shape) == 2 and shape[0] != K):
+                want = f"(..., {d})" if stored_rows else f"({d},) or ({K}, {d})"
+                raise ValueError(f"{name} has shape {shape}, but the model has {d} features and {K} "
+                                 f"classes, so it must be {want}")
+        thresholds = getattr(self, "thresholds_", None)
+        n_thr = K - 1 + self._extra_thresholds
+        if thresholds is not None and np.shape(thresholds) != (n_thr,):
+            raise ValueError(f"thresholds_ has shape {np.shape(thresholds)}, but the model has {K} "
+                             f"classes, so it must be ({n_thr},)")
+
     def _encode_y(self, y, n):
         """Encode labels at scoring time against the fitted classes (unknown labels raise)."""
         check_is_fitted(self, "classes_")
@@ -129,6 +161,11 @@ class OrdinalEstimator(BaseEstimator):
 
     def _decode(self, codes):
         return np.asarray(self.classes_)[np.asarray(codes)]
+
+
+# Fitted attributes that hold training rows (relevance or support vectors, kernel basis
+# rows): a model that has one is an expansion over them, linear in the features otherwise.
+_ROW_ATTRIBUTES = ("relevance_vectors_", "support_", "basis_")
 
 
 def same_order(a, b):
@@ -331,30 +368,66 @@ def read_model_file(path, formats):
     Returns:
         A new estimator of the saved class (``formats`` maps each format tag to its class)
         with the saved parameters and fitted state.
+
+    Raises:
+        FileNotFoundError: there is no file at ``path``.
+        ValueError: naming ``path`` and the problem: not a model file, a format not in
+            ``formats``, a damaged file (bad archive, truncated or altered entries), or
+            metadata that disagrees with the arrays (:meth:`OrdinalEstimator._check_restored`).
     """
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no model file {path}")
     if not zipfile.is_zipfile(path):
-        raise ValueError(f"{path} is not a model saved by bayesord (not an .npz archive)")
-    with np.load(path, allow_pickle=False) as data:
-        if "meta" not in data.files:
-            raise ValueError(f"{path} is an .npz archive but not a model saved by bayesord (no 'meta' entry)")
-        meta = json.loads(bytes(data["meta"]).decode())
-        arrays = {k: data[k] for k in data.files if k != "meta"}
-    fmt = meta.get("format")
+        raise ValueError(f"{path} is not a model saved by bayesord (not an .npz archive, or one cut short)")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            files = data.files
+            meta = json.loads(bytes(data["meta"]).decode()) if "meta" in files else None
+            arrays = {k: data[k] for k in files if k != "meta"}
+    except PermissionError:
+        raise
+    except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, OSError, ValueError) as err:
+        # What a damaged archive raises: bad CRCs and headers, cut entries, offsets past the end.
+        raise ValueError(f"{path} is damaged ({_describe(err)}); it cannot be read as a model "
+                         "file") from None
+    if meta is None:
+        raise ValueError(f"{path} is an .npz archive but not a model saved by bayesord (no 'meta' entry)")
+    fmt = meta.get("format") if isinstance(meta, dict) else None
     if fmt not in formats:
         raise ValueError(f"{path} holds format {fmt!r}; expected one of {sorted(formats)}")
+    try:
+        return _restore_model(formats[fmt], arrays, meta, path)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as err:
+        raise ValueError(f"{path} does not hold a consistent {formats[fmt].__name__} ({_describe(err)}); "
+                         "it was damaged or edited after saving") from None
+
+
+def _describe(err):
+    """An exception as a short phrase for a message about a damaged file."""
+    if isinstance(err, KeyError):
+        return f"no entry {err}"
+    if type(err) is ValueError:
+        return str(err)
+    return f"{type(err).__name__}: {err}"
+
+
+def _restore_model(cls, arrays, meta, path):
+    """A fitted ``cls`` from a model file's ``arrays`` and ``meta``, checked for consistency."""
     params = {k: tuple(v) if k in meta["tuple_params"] else v for k, v in meta["params"].items()}
     unsaved = meta["unsaved_params"]
     if unsaved:
         listed = ", ".join(f"{k}={v}" for k, v in unsaved.items())
         warn_user(f"{path}: parameters that cannot be saved without pickle keep their defaults "
                   f"({listed}); they matter only when the model is fitted again")
-    model = formats[fmt](**params)
+    model = cls(**params)
     kind = meta["classes_kind"]
     model.classes_ = np.asarray(meta["classes"]).astype(kind if kind in "biuf" else str)
-    model.n_features_in_ = meta["n_features_in"]
+    model.n_features_in_ = int(meta["n_features_in"])
     if meta["feature_names"] is not None:
-        model.feature_names_in_ = np.asarray(meta["feature_names"], dtype=object)
+        names = np.asarray(meta["feature_names"], dtype=object)
+        if names.shape != (model.n_features_in_,):
+            raise ValueError(f"{names.size} feature names but n_features_in={model.n_features_in_}")
+        model.feature_names_in_ = names
     model._restore(arrays, meta)
+    model._check_restored()
     return model

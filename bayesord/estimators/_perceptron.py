@@ -29,6 +29,7 @@ class _StructuredPerceptron(SnapshotSavableMixin, OrdinalEstimator):
 
     _accept_sparse = True
     _offset_sensitive = True
+    _extra_thresholds = 1
     _why_every_class = ("fit needs a row of every declared class; a stream (partial_fit) may "
                         "declare classes it has not shown yet")
     _state_types = (core.PerceptronHyper, core.PerceptronState, core.PerceptronResult,
