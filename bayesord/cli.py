@@ -6,6 +6,22 @@ NAME=VALUE``; ``predict`` reads any saved model (:func:`bayesord.load_model`) an
 labels, and for the Bayesian models on request class probabilities with their posterior
 spread and the latent mean and sd.
 
+``fit`` standardises the feature columns by default, for every model: it centres each
+column on its mean over the training rows and divides by its standard deviation (a
+constant column by 1), says so in one line, and stores the transform in the model file
+(arrays ``input_center`` and ``input_scale``).  The loaded model applies it to raw rows
+(``input_center_`` and ``input_scale_``), in ``bayesord predict`` and in Python alike, so
+predictions take the columns as they arrive.  Coefficients, relevance vectors and kernel
+widths then refer to the standardised columns.  ``--no-standardize`` fits the raw columns.
+
+The command never loses data.  An ``--out`` that is one of the inputs is refused, an
+existing ``--out`` is replaced only with ``--force``, and the output folder is checked
+before any work; the file is written beside its destination under a temporary name and
+renamed into place, so an interrupted run leaves the old file (or none) rather than half of
+a new one.  Bad input, a damaged model file and a refused output end with one line on
+stderr, ``bayesord <command>: error: ...``, and exit status 2; warnings (a fit that did not
+converge, with which sub-problems failed and what to try) are one line each as well.
+
 The command is an application, not a library import, so it turns on JAX's float64 mode
 (recommended for the Bayesian paths) before doing any work.  ``demo`` and ``fit`` report
 progress on stderr (which model is being fitted, and the solver's own progress line for
@@ -23,9 +39,12 @@ never turns the cache on.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
+import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -154,10 +173,34 @@ def _plot_demo(model, X, y, path):
 
 
 def _read_table(path, target):
+    """(X, y, feature names) of the training CSV; its errors name the argument."""
     from .datasets import load_csv
 
-    X, y, names = load_csv(path, target=target)
-    return X, y, names
+    try:
+        return load_csv(path, target=target)
+    except (ValueError, TypeError, FileNotFoundError) as err:
+        raise ValueError(f"argument DATA: {err}") from None
+
+
+def _parse_classes(text, y, target):
+    """``--classes`` as labels of the kind the target column holds (numbers stay numbers)."""
+    if text is None:
+        return None
+    classes = [c.strip() for c in text.split(",")]
+    y = np.asarray(y)
+    if y.dtype.kind not in "iuf":
+        return classes
+    number = int if y.dtype.kind in "iu" else float
+    for c in classes:
+        try:
+            number(c)
+        except ValueError:
+            seen = ", ".join(str(v) for v in np.unique(y)[:10])
+            raise ValueError(
+                f"argument --classes: {c!r} is not {'an integer' if number is int else 'a number'}, but "
+                f"the labels in column {target!r} are ({seen}); list those labels, lowest first, "
+                f"e.g. --classes {','.join(str(v) for v in np.unique(y)[:3])}") from None
+    return [number(c) for c in classes]
 
 
 # --model name: estimator class (all in bayesord.estimators).
@@ -230,41 +273,126 @@ def _make_model(args):
     return cls(**params)
 
 
-def _feature_frame(path, target, names):
-    """Rows of a CSV file as a DataFrame of the named feature columns (target dropped)."""
+def _feature_frame(path, target, names, argument):
+    """Rows of a CSV file as a DataFrame of the named feature columns (target dropped);
+    errors name ``argument``, the option or argument that gave ``path``."""
     import pandas as pd
 
-    frame = pd.read_csv(path)
+    try:
+        frame = pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        raise ValueError(f"argument {argument}: {path} is empty (no header row)") from None
+    except FileNotFoundError:
+        raise ValueError(f"argument {argument}: CSV file not found: {path}") from None
+    if frame.shape[0] == 0:
+        raise ValueError(f"argument {argument}: {path} has a header but no rows")
     if target and target in frame.columns:
         frame = frame.drop(columns=[target])
     if names is not None:
         missing = [c for c in names if c not in frame.columns]
         if missing:
-            raise ValueError(f"{path} lacks feature columns {missing}")
+            raise ValueError(f"argument {argument}: {path} lacks feature columns {missing}")
         frame = frame[list(names)]
     return frame
+
+
+def _output_path(text, flag, inputs, force):
+    """``text`` as the path to write, checked before any work is done.
+
+    Args:
+        text: the path given to ``flag``.
+        flag: the option (``--out``), for the messages.
+        inputs: argument name -> path of every file the command reads.
+        force: whether an existing file may be replaced.
+
+    Raises:
+        ValueError: the path is one of the inputs (whatever ``force`` says), a folder, an
+            existing file without ``force``, or in a folder that is missing or not writable.
+    """
+    path = Path(text)
+    for argument, source in inputs.items():
+        if source is not None and _same_file(path, source):
+            raise ValueError(f"argument {flag}: {text} is the {argument} file; writing there would "
+                             "destroy it, choose another name")
+    if path.is_dir():
+        raise ValueError(f"argument {flag}: {text} is a folder; give a file name")
+    if path.exists() and not force:
+        raise ValueError(f"argument {flag}: {text} exists; pass --force to replace it")
+    folder = path.parent
+    if not folder.is_dir():
+        raise ValueError(f"argument {flag}: folder {folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ValueError(f"argument {flag}: folder {folder} is not writable")
+    return path
+
+
+def _same_file(a, b):
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist
+        return False
+
+
+@contextlib.contextmanager
+def _replacing(path):
+    """A temporary file name beside ``path``, renamed onto ``path`` when the block ends
+    normally and removed when it raises: ``path`` is never left half written."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # the permissions of a file opened for writing
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def _standardization(X):
+    """Centre (training mean) and scale (training sd; 1 for a constant column) of each column,
+    and the indices of the constant columns."""
+    from ._validation import column_moments
+
+    mean, sd, constant = column_moments(X)
+    return mean, np.where(constant, 1.0, sd), np.flatnonzero(constant)
 
 
 def _fit(args) -> int:
     import pandas as pd
 
+    from .estimators._base import set_input_transform
+
     X, y, names = _read_table(args.data, args.target)
-    classes = args.classes.split(",") if args.classes else None
-    if classes is not None and np.asarray(y).dtype.kind in "iuf":
-        classes = [type(np.asarray(y).flat[0].item())(c) for c in classes]
+    classes = _parse_classes(args.classes, y, args.target)
     if args.unlabeled is not None and args.model != "tor":
         raise ValueError(f"--unlabeled applies to --model tor, not {args.model}")
     model = _make_model(args)
-    name = type(model).__name__
-    if args.progress:
-        _progress.show(f"fit: {name} on {X.shape[0]} rows x {X.shape[1]} features ...")
-    t0 = time.perf_counter()
-    frame = pd.DataFrame(X, columns=names)
-    extra = {} if args.unlabeled is None else {"X_unlabeled": _feature_frame(args.unlabeled, args.target, names)}
-    model.fit(frame, y, classes=classes, **extra)
-    if args.progress:
-        _progress.show(f"fit: {name} fitted in {time.perf_counter() - t0:.1f} s", final=True)
-    model.save(args.out)
+    unlabeled = None if args.unlabeled is None else _feature_frame(args.unlabeled, args.target, names,
+                                                                   "--unlabeled")
+    out = _output_path(args.out, "--out", {"DATA": args.data, "--unlabeled": args.unlabeled}, args.force)
+    if args.standardize and getattr(model, "kernel", None) == "precomputed":
+        raise ValueError("--kernel precomputed reads a kernel matrix, whose columns must not be "
+                         "standardised: add --no-standardize")
+    raw = pd.DataFrame(X, columns=names)
+    frame = raw
+    if args.standardize:
+        center, scale, constant = _standardization(X)
+        frame = (raw - center) / scale
+        if unlabeled is not None:
+            unlabeled = (unlabeled - center) / scale
+        kept = f"; constant column(s) {[names[j] for j in constant]} only centred" if constant.size else ""
+        print(f"standardised the {X.shape[1]} feature columns (mean 0, sd 1 over the {X.shape[0]} training "
+              f"rows{kept}); the model file keeps the transform and predict applies it to raw rows; "
+              "coefficients and kernel widths refer to the standardised columns (--no-standardize "
+              "fits the raw columns)")
+    _fit_reporting(model, frame, y, classes, unlabeled, args)
+    if args.standardize:
+        set_input_transform(model, center, scale)
+    with _replacing(out) as tmp:
+        model.save(tmp)
     if args.model in _BAYESIAN:
         print(model.summary().to_string(float_format=lambda v: f"{v:.4f}"))
         if args.model != "probit":
@@ -272,12 +400,65 @@ def _fit(args) -> int:
                   f"{model.kernel}, width {model.theta_:g}; noise sigma {model.sigma_:.4f}")
         print(f"\nlog evidence {model.log_evidence_:.4f}; converged {model.converged_}; saved to {args.out}")
         return 0
-    _print_fit(model, frame, y, args)
+    _print_fit(model, raw, y, args)
     return 0
 
 
+def _fit_reporting(model, frame, y, classes, unlabeled, args):
+    """``model.fit`` with a progress line, and its warnings as one line each on stderr (a
+    convergence failure with the sub-problems that failed and what to try)."""
+    from sklearn.exceptions import ConvergenceWarning
+
+    name = type(model).__name__
+    if args.progress:
+        _progress.show(f"fit: {name} on {frame.shape[0]} rows x {frame.shape[1]} features ...")
+    t0 = time.perf_counter()
+    extra = {} if unlabeled is None else {"X_unlabeled": unlabeled}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.fit(frame, y, classes=classes, **extra)
+    if args.progress:
+        _progress.show(f"fit: {name} fitted in {time.perf_counter() - t0:.1f} s", final=True)
+    unconverged = [str(w.message) for w in caught if issubclass(w.category, ConvergenceWarning)]
+    for w in caught:
+        if not issubclass(w.category, ConvergenceWarning):
+            _warning_line("fit", w.message)
+    if unconverged:
+        _warning_line("fit", _convergence_advice(model, unconverged, args.standardize))
+
+
+def _convergence_advice(model, messages, standardized):
+    """One line: what did not converge (which sub-problems, for a model of several) and what to try."""
+    converged = np.atleast_1d(np.asarray(model.converged_))
+    failed = np.flatnonzero(~converged)
+    text = "; ".join(dict.fromkeys(messages))
+    if converged.size > 1 and failed.size:
+        labels = ", ".join(str(model.classes_[k]) for k in failed)
+        text += (f"; {failed.size} of {converged.size} sub-problems did not converge (the rank "
+                 f"problems of classes {labels})")
+    params = model.get_params()
+    tries = []
+    for name in ("max_iter", "max_epochs"):
+        if isinstance(params.get(name), int):
+            tries.append(f"more iterations (--param {name}={10 * params[name]})")
+            break
+    if isinstance(params.get("C"), (int, float)):
+        tries.append(f"a smaller C (--param C={params['C'] / 10:g})")
+    if isinstance(params.get("capacity"), int):
+        tries.append(f"a larger capacity (--param capacity={2 * params['capacity']})")
+    if not standardized:
+        tries.append("standardised columns (leave out --no-standardize)")
+    return f"{text}; try {', '.join(tries)}" if tries else text
+
+
+def _warning_line(command, message):
+    _progress.finish()
+    text = " ".join(str(message).split())
+    print(f"bayesord {command}: warning: {text}", file=sys.stderr)
+
+
 def _print_fit(model, frame, y, args):
-    """What `fit` prints for the models without a posterior summary."""
+    """What `fit` prints for the models without a posterior summary (``frame``: raw rows)."""
     from .metrics import mae, zero_one
 
     pred = model.predict(frame)
@@ -301,10 +482,12 @@ def _predict(args) -> int:
     from .estimators import OrdinalProbit, load_model
 
     model = load_model(args.model)
-    frame = _feature_frame(args.data, args.target, getattr(model, "feature_names_in_", None))
+    frame = _feature_frame(args.data, args.target, getattr(model, "feature_names_in_", None), "DATA")
     if (args.proba or args.uncertainty) and not hasattr(model, "predict_proba"):
         raise ValueError(f"{args.model} holds a {type(model).__name__}, which gives labels and scores, not "
                          "probabilities; drop --proba/--uncertainty")
+    out_path = None if args.out is None else _output_path(args.out, "--out", {"MODEL": args.model,
+                                                                              "DATA": args.data}, args.force)
     out = pd.DataFrame({"prediction": model.predict(frame)})
     if args.proba or args.uncertainty:
         proba = model.predict_proba(frame)
@@ -320,8 +503,9 @@ def _predict(args) -> int:
         mean, var = model.predict_latent(frame)
         out["latent mean"] = mean
         out["latent sd"] = np.sqrt(var)
-    if args.out:
-        out.to_csv(args.out, index=False)
+    if out_path is not None:
+        with _replacing(out_path) as tmp:
+            out.to_csv(tmp, index=False)
         print(f"wrote {len(out)} predictions to {args.out}")
     else:
         print(out.to_csv(index=False), end="")
@@ -356,13 +540,23 @@ def _parser():
     _add_quiet(d)
     d.set_defaults(func=_demo)
     f = sub.add_parser("fit", help="fit a model on a CSV file and save it",
-                       description="Fit a model on a CSV file and save it (.npz). Options that name "
+                       description="Fit a model on a CSV file and save it (.npz). The feature "
+                                   "columns are standardised first (mean 0, sd 1 over the training "
+                                   "rows; --no-standardize to opt out) and the model file keeps the "
+                                   "transform, which predict applies to raw rows. Options that name "
                                    "a constructor parameter apply to the models that have it; "
                                    "--param NAME=VALUE sets any other.")
-    f.add_argument("data", help="CSV file with a header row; every column but the target is a "
-                                "numeric feature")
+    f.add_argument("data", metavar="DATA",
+                   help="CSV file with a header row; every column but the target is a numeric feature")
     f.add_argument("--target", default="y", help="name of the label column (default: y)")
-    f.add_argument("--out", required=True, help="where to save the model (.npz)")
+    f.add_argument("--out", required=True,
+                   help="where to save the model (.npz); never one of the input files, and an "
+                        "existing file only with --force")
+    f.add_argument("--force", action="store_true", help="replace an existing --out file")
+    f.add_argument("--no-standardize", dest="standardize", action="store_false",
+                   help="fit the raw columns; by default every model is fitted on columns centred "
+                        "and scaled to sd 1 over the training rows, and the model file keeps that "
+                        "transform, which predict applies to raw rows")
     f.add_argument("--model", choices=list(_MODELS), default="probit",
                    help="probit: linear OrdinalProbit (default); isbor: sparse Bayesian kernel "
                         "model with incremental relevance-vector selection; sbor: its batch "
@@ -404,14 +598,17 @@ def _parser():
     _add_quiet(f)
     f.set_defaults(func=_fit)
     r = sub.add_parser("predict", help="predict with a saved model")
-    r.add_argument("model", help="a model saved by `bayesord fit` or an estimator's save() (.npz)")
-    r.add_argument("data", help="CSV file with the model's feature columns (by name)")
+    r.add_argument("model", metavar="MODEL",
+                   help="a model saved by `bayesord fit` or an estimator's save() (.npz)")
+    r.add_argument("data", metavar="DATA", help="CSV file with the model's feature columns (by name)")
     r.add_argument("--target", default="y", help="column to drop if present")
     r.add_argument("--proba", action="store_true", help="also write class probabilities")
     r.add_argument("--uncertainty", action="store_true",
                    help="also write class probabilities, their posterior sd, and the latent "
                         "mean and sd")
-    r.add_argument("--out", help="CSV file to write (default: stdout)")
+    r.add_argument("--out", help="CSV file to write (default: stdout); never the model or the "
+                                 "data file, and an existing file only with --force")
+    r.add_argument("--force", action="store_true", help="replace an existing --out file")
     r.set_defaults(func=_predict)
     b = sub.add_parser("bench", help="run benchmark scripts and write JSON, markdown tables and plots")
     b.add_argument("names", nargs="*", default=["all"],
@@ -429,15 +626,23 @@ def _parser():
 
 
 def main(argv=None) -> int:
-    """Entry point of the ``bayesord`` command."""
+    """Entry point of the ``bayesord`` command.
+
+    Returns:
+        0, or 2 after one line ``bayesord <command>: error: ...`` on stderr for bad input,
+        a damaged model file or an output that cannot or may not be written.
+    """
     args = _parser().parse_args(argv)
     _configure_jax()
-    try:
-        return args.func(args)
-    except (ValueError, TypeError, FileNotFoundError) as err:
-        _progress.finish()
-        print(f"bayesord {args.command}: error: {err}", file=sys.stderr)
-        return 2
+    with warnings.catch_warnings():
+        warnings.showwarning = lambda message, *_, **__: _warning_line(args.command, message)
+        try:
+            return args.func(args)
+        except (ValueError, TypeError, OSError) as err:
+            _progress.finish()
+            text = " ".join(str(err).split())
+            print(f"bayesord {args.command}: error: {text}", file=sys.stderr)
+            return 2
 
 
 if __name__ == "__main__":

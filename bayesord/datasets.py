@@ -105,7 +105,7 @@ def load_csv(path, target: str = "y", dtype=np.float64):
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: no column named ``target``, no feature column, no rows, a missing
+        ValueError: an empty file, no column named ``target``, no feature column, no rows, a missing
             (empty/NaN) or infinite value anywhere.
         TypeError: a feature column that is not numeric (its name is given), or a
             non-float ``dtype``.
@@ -121,7 +121,10 @@ def load_csv(path, target: str = "y", dtype=np.float64):
     if not path.is_file():
         raise FileNotFoundError(f"CSV file not found: {path}")
     with _open_maybe_gzip(path) as fh:
-        frame = pd.read_csv(fh, keep_default_na=True)
+        try:
+            frame = pd.read_csv(fh, keep_default_na=True)
+        except pd.errors.EmptyDataError:
+            raise ValueError(f"{path.name} is empty (no header row)") from None
     columns = [str(c) for c in frame.columns]
     if target not in columns:
         raise ValueError(f"{path.name} has no target column {target!r}; columns are {columns}")

@@ -4,6 +4,7 @@ import io
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -188,29 +189,39 @@ def test_param_values_are_read_as_literals_else_as_text():
     ("redsvm", ["--kernel", "perceptron", "--param", "loss=squared_hinge"]),
 ])
 def test_every_model_fits_from_the_command_as_in_python(tmp_path, capsys, model, extra):
-    """The saved file predicts exactly what the same estimator fitted in Python predicts."""
+    """The saved file predicts exactly what the same estimator fitted in Python on the
+    standardised columns predicts, and takes raw rows; --no-standardize fits the raw columns."""
     import bayesord
     from bayesord import load_model
     from bayesord.cli import _MODELS
 
     X, y, _ = make_ordinal_probit(80, 2, 3, seed=7)
     frame = pd.DataFrame(X, columns=["a", "b"])
+    labels = np.array(["lo", "mid", "hi"])[y - 1]
     data = tmp_path / "d.csv"
-    frame.assign(y=np.array(["lo", "mid", "hi"])[y - 1]).to_csv(data, index=False)
-    path = tmp_path / "m.npz"
-    assert main(["fit", str(data), "--out", str(path), "--model", model, "--classes", "lo,mid,hi",
-                 "--quiet", *extra]) == 0
-    text = capsys.readouterr().out
-    fitted = load_model(path)
+    frame.assign(y=labels).to_csv(data, index=False)
     cls = getattr(bayesord, _MODELS[model])
-    assert type(fitted) is cls and list(fitted.classes_) == ["lo", "mid", "hi"]
-    assert "training rows 80: MAE" in text and f"saved to {path}" in text
-    params = fitted.get_params()
-    reference = cls(**params).fit(frame, np.array(["lo", "mid", "hi"])[y - 1], classes=["lo", "mid", "hi"])
-    np.testing.assert_array_equal(fitted.predict(frame), reference.predict(frame))
-    assert main(["predict", str(path), str(data)]) == 0
-    printed = pd.read_csv(io.StringIO(capsys.readouterr().out))["prediction"]
-    np.testing.assert_array_equal(printed, reference.predict(frame))
+    for standardize in (True, False):
+        path = tmp_path / f"m{standardize}.npz"
+        assert main(["fit", str(data), "--out", str(path), "--model", model, "--classes", "lo,mid,hi",
+                     "--quiet", *extra, *([] if standardize else ["--no-standardize"])]) == 0
+        text = capsys.readouterr().out
+        fitted = load_model(path)
+        assert type(fitted) is cls and list(fitted.classes_) == ["lo", "mid", "hi"]
+        assert "training rows 80: MAE" in text and f"saved to {path}" in text
+        assert ("standardised the 2 feature columns" in text) is standardize
+        if standardize:
+            np.testing.assert_allclose(fitted.input_center_, frame.mean(), rtol=1e-12)
+            np.testing.assert_allclose(fitted.input_scale_, frame.std(ddof=0), rtol=1e-12)
+            seen = (frame - fitted.input_center_) / fitted.input_scale_
+        else:
+            assert not hasattr(fitted, "input_center_")
+            seen = frame
+        reference = cls(**fitted.get_params()).fit(seen, labels, classes=["lo", "mid", "hi"])
+        np.testing.assert_array_equal(fitted.predict(frame), reference.predict(seen))
+        assert main(["predict", str(path), str(data)]) == 0
+        printed = pd.read_csv(io.StringIO(capsys.readouterr().out))["prediction"]
+        np.testing.assert_array_equal(printed, reference.predict(seen))
 
 
 def test_tor_fits_from_the_command_with_a_file_of_unlabeled_rows(tmp_path, capsys):
@@ -225,12 +236,236 @@ def test_tor_fits_from_the_command_with_a_file_of_unlabeled_rows(tmp_path, capsy
     assert main(["fit", str(tmp_path / "l.csv"), "--out", str(path), "--model", "tor", "--unlabeled",
                  str(tmp_path / "u.csv"), "--quiet"]) == 0
     text = capsys.readouterr().out
-    reference = TransductiveOrdinalRegression(random_state=0).fit(labeled[["a", "b"]], y[:40],
-                                                                  X_unlabeled=unlabeled[["a", "b"]])
-    np.testing.assert_array_equal(load_model(path).transduction_, reference.transduction_)
+    fitted = load_model(path)
+    center, scale = fitted.input_center_, fitted.input_scale_  # of the labeled rows
+    np.testing.assert_allclose(center, labeled[["a", "b"]].mean(), rtol=1e-12)
+    reference = TransductiveOrdinalRegression(random_state=0).fit(
+        (labeled[["a", "b"]] - center) / scale, y[:40], X_unlabeled=(unlabeled[["a", "b"]] - center) / scale)
+    np.testing.assert_array_equal(fitted.transduction_, reference.transduction_)
     counts = ", ".join(f"{c}: {np.sum(reference.transduction_ == c)}" for c in (1, 2, 3))
     assert f"unlabeled rows 80: {counts}; {reference.n_swaps_} swaps" in text
     pd.DataFrame({"a": [1.0]}).to_csv(tmp_path / "bad.csv", index=False)
     assert main(["fit", str(tmp_path / "l.csv"), "--out", str(path), "--model", "tor", "--unlabeled",
                  str(tmp_path / "bad.csv"), "--quiet"]) == 2
     assert "lacks feature columns ['b']" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ a command that cannot lose data
+
+def _files(folder):
+    """Every file under ``folder`` with its bytes (to show that nothing was written or lost)."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _refused(capsys, argv, match):
+    """The command exits 2 with one line ``bayesord <cmd>: error: ...`` holding ``match``."""
+    assert main(argv) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"bayesord {argv[0]}: error: ") and match in lines[0], lines[0]
+
+
+def _table(tmp_path, name="d.csv", n=60, seed=3, offset=(0.0, 0.0)):
+    X, y, _ = make_ordinal_probit(n, 2, 3, seed=seed)
+    path = tmp_path / name
+    pd.DataFrame(X + offset, columns=["a", "b"]).assign(y=y).to_csv(path, index=False)
+    return path
+
+
+def test_fit_never_writes_over_an_input(tmp_path, capsys):
+    data = _table(tmp_path)
+    unlabeled = _table(tmp_path, "u.csv", seed=4)
+    (tmp_path / "sub").mkdir()
+    before = _files(tmp_path)
+    for out in (data, tmp_path / "sub" / ".." / "d.csv"):
+        for force in ([], ["--force"]):
+            _refused(capsys, ["fit", str(data), "--out", str(out), "--model", "prank", "--quiet", *force],
+                     f"argument --out: {out} is the DATA file; writing there would destroy it")
+    _refused(capsys, ["fit", str(data), "--out", str(unlabeled), "--model", "tor", "--unlabeled", str(unlabeled),
+                      "--force", "--quiet"], "is the --unlabeled file")
+    assert _files(tmp_path) == before
+
+
+def test_an_existing_out_is_replaced_only_with_force(tmp_path, capsys):
+    data = _table(tmp_path)
+    model = tmp_path / "m.npz"
+    model.write_bytes(b"an older model")
+    before = _files(tmp_path)
+    _refused(capsys, ["fit", str(data), "--out", str(model), "--model", "prank", "--quiet"],
+             f"argument --out: {model} exists; pass --force to replace it")
+    assert _files(tmp_path) == before
+    assert main(["fit", str(data), "--out", str(model), "--model", "prank", "--quiet", "--force"]) == 0
+    assert sorted(_files(tmp_path)) == ["d.csv", "m.npz"]  # replaced, no temporary left behind
+    assert oct(model.stat().st_mode & 0o777) == oct(0o666 & ~_umask())
+    preds = tmp_path / "p.csv"
+    preds.write_text("keep me\n")
+    capsys.readouterr()
+    _refused(capsys, ["predict", str(model), str(data), "--out", str(preds)], "exists; pass --force")
+    _refused(capsys, ["predict", str(model), str(data), "--out", str(data), "--force"], "is the DATA file")
+    _refused(capsys, ["predict", str(model), str(data), "--out", str(model), "--force"], "is the MODEL file")
+    assert preds.read_text() == "keep me\n"
+    assert main(["predict", str(model), str(data), "--out", str(preds), "--force"]) == 0
+    assert list(pd.read_csv(preds).columns) == ["prediction"]
+
+
+def _umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@pytest.mark.parametrize("where, match", [
+    ("missing/m.npz", "folder {tmp}/missing does not exist"),
+    ("folder", "{tmp}/folder is a folder; give a file name"),
+    ("locked/m.npz", "folder {tmp}/locked is not writable"),
+])
+def test_output_paths_are_checked_before_fitting(tmp_path, capsys, monkeypatch, where, match):
+    import bayesord.cli
+
+    data = _table(tmp_path)
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "locked").mkdir()
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: "locked" not in str(p) and real_access(p, mode))
+    monkeypatch.setattr(bayesord.cli, "_fit_reporting", lambda *a: pytest.fail("fitted before checking --out"))
+    before = _files(tmp_path)
+    _refused(capsys, ["fit", str(data), "--out", str(tmp_path / where), "--quiet"],
+             "argument --out: " + match.format(tmp=tmp_path))
+    assert _files(tmp_path) == before
+
+
+def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path, capsys, monkeypatch):
+    import bayesord.estimators._base as base
+
+    data = _table(tmp_path)
+    model = tmp_path / "m.npz"
+    model.write_bytes(b"an older model")
+    before = _files(tmp_path)
+
+    def half_written(est, path, arrays, meta):
+        Path(path).write_bytes(b"PK half a model")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(base, "_write_model_file", half_written)
+    _refused(capsys, ["fit", str(data), "--out", str(model), "--model", "prank", "--force", "--quiet"],
+             "No space left on device")
+    assert _files(tmp_path) == before
+
+
+def test_a_damaged_or_edited_model_file_is_one_line_and_exit_2(tmp_path, capsys):
+    """Before, n_features_in edited from 2 to 5 loaded, and predict failed inside JAX's dot_general."""
+    import json
+
+    data = _table(tmp_path)
+    model = tmp_path / "m.npz"
+    assert main(["fit", str(data), "--out", str(model), "--thresholds", "joint", "--quiet"]) == 0
+    capsys.readouterr()
+    raw = model.read_bytes()
+    with np.load(model) as saved:
+        entries = {k: saved[k] for k in saved.files}
+    meta = json.loads(bytes(entries.pop("meta")).decode())
+    for name, change in (("edited.npz", {"n_features_in": 5, "feature_names": None}),
+                         ("renamed.npz", {"n_features_in": 5})):
+        np.savez(tmp_path / name, meta=np.frombuffer(json.dumps(dict(meta, **change)).encode(), np.uint8),
+                 **entries)
+    no_meta = tmp_path / "no_meta.npz"
+    np.savez(no_meta, **entries)
+    cases = {
+        "flipped.npz": (raw[:300] + bytes([raw[300] ^ 0xFF]) + raw[301:], "is damaged"),
+        "truncated.npz": (raw[: len(raw) // 3],
+                          "is not a model saved by bayesord (not an .npz archive, or one cut short)"),
+        "text.npz": (b"a,b\n1,2\n", "is not a model saved by bayesord"),
+    }
+    for name, (content, _) in cases.items():
+        (tmp_path / name).write_bytes(content)
+    cases["edited.npz"] = (None, "does not hold a consistent OrdinalProbit (coef_ has shape (2,), but the "
+                                 "model has 5 features and 3 classes, so it must be (5,) or (3, 5)); it was "
+                                 "damaged or edited after saving")
+    cases["renamed.npz"] = (None, "does not hold a consistent OrdinalProbit (2 feature names but n_features_in=5)")
+    cases["no_meta.npz"] = (None, "is an .npz archive but not a model saved by bayesord (no 'meta' entry)")
+    before = _files(tmp_path)
+    for name, (_, match) in cases.items():
+        _refused(capsys, ["predict", str(tmp_path / name), str(data), "--out", str(tmp_path / "p.csv")],
+                 f"{tmp_path / name} {match}")
+    assert _files(tmp_path) == before
+
+
+def test_empty_csv_files_name_the_file_and_the_argument(tmp_path, capsys):
+    data = _table(tmp_path)
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    header = tmp_path / "header.csv"
+    header.write_text("a,b,y\n")
+    model = tmp_path / "m.npz"
+    _refused(capsys, ["fit", str(empty), "--out", str(model), "--quiet"], "argument DATA: empty.csv is empty")
+    _refused(capsys, ["fit", str(header), "--out", str(model), "--quiet"],
+             "argument DATA: header.csv has a header but no rows")
+    _refused(capsys, ["fit", str(data), "--out", str(model), "--model", "tor", "--unlabeled", str(header),
+                      "--quiet"], f"argument --unlabeled: {header} has a header but no rows")
+    assert not model.exists()
+    assert main(["fit", str(data), "--out", str(model), "--model", "prank", "--quiet"]) == 0
+    capsys.readouterr()
+    _refused(capsys, ["predict", str(model), str(empty)], f"argument DATA: {empty} is empty")
+    _refused(capsys, ["predict", str(model), str(header)], f"argument DATA: {header} has a header but no rows")
+
+
+def test_classes_of_the_wrong_kind_say_what_is_wrong(tmp_path, capsys):
+    data = _table(tmp_path)
+    _refused(capsys, ["fit", str(data), "--out", str(tmp_path / "m.npz"), "--classes", "a,b,c", "--quiet"],
+             "argument --classes: 'a' is not an integer, but the labels in column 'y' are (1, 2, 3); "
+             "list those labels, lowest first, e.g. --classes 1,2,3")
+    assert main(["fit", str(data), "--out", str(tmp_path / "m.npz"), "--classes", "1, 2, 3", "--model", "prank",
+                 "--quiet"]) == 0
+
+
+# ------------------------------------------------------------------ standardised columns
+
+def test_fit_standardises_and_predict_takes_raw_rows(tmp_path, capsys):
+    """Columns far from zero (offsets 10^4, 10^6 sd): the model file keeps the transform, so
+    `bayesord predict` and a model loaded in Python both take the raw rows."""
+    from bayesord import NPSVOR, load_model
+
+    data = _table(tmp_path, n=120, offset=(1e4, -3e6))
+    model = tmp_path / "m.npz"
+    assert main(["fit", str(data), "--out", str(model), "--model", "npsvor", "--quiet"]) == 0
+    out = capsys.readouterr()
+    assert out.out.startswith("standardised the 2 feature columns (mean 0, sd 1 over the 120 training rows)")
+    assert out.err == ""  # no scale warning, and NPSVOR converged
+    raw = pd.read_csv(data)
+    fitted = load_model(model)
+    np.testing.assert_allclose(fitted.input_center_, raw[["a", "b"]].mean(), rtol=1e-12)
+    assert main(["predict", str(model), str(data)]) == 0
+    printed = pd.read_csv(io.StringIO(capsys.readouterr().out))["prediction"]
+    np.testing.assert_array_equal(printed, fitted.predict(raw[["a", "b"]]))
+    assert np.mean(printed == raw["y"]) > 0.7
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # raw columns: scale and convergence warnings, tested elsewhere
+        assert not hasattr(NPSVOR().fit(raw[["a", "b"]], raw["y"]), "input_center_")
+        assert not hasattr(fitted.fit(raw[["a", "b"]], raw["y"]), "input_center_")  # a refit starts afresh
+
+
+def test_constant_columns_are_centred_only(tmp_path, capsys):
+    from bayesord import load_model
+
+    data = tmp_path / "d.csv"
+    X, y, _ = make_ordinal_probit(60, 2, 3, seed=5)
+    pd.DataFrame(X, columns=["a", "b"]).assign(c=7.0, y=y).to_csv(data, index=False)
+    assert main(["fit", str(data), "--out", str(tmp_path / "m.npz"), "--model", "prank", "--quiet"]) == 0
+    assert "constant column(s) ['c'] only centred" in capsys.readouterr().out
+    fitted = load_model(tmp_path / "m.npz")
+    assert fitted.input_center_[2] == 7.0 and fitted.input_scale_[2] == 1.0
+
+
+def test_raw_columns_get_one_warning_line_and_a_failed_fit_says_what_to_try(tmp_path, capsys):
+    data = _table(tmp_path, n=120, offset=(0.0, 1e5))
+    assert main(["fit", str(data), "--out", str(tmp_path / "m.npz"), "--model", "npsvor", "--quiet",
+                 "--no-standardize", "--param", "max_iter=3"]) == 0
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 2 and all(line.startswith("bayesord fit: warning: ") for line in lines)
+    scale, converge = lines
+    assert "NPSVOR: columns whose mean is more than 1000 standard deviations from zero" in scale
+    assert "'b'" in scale and "StandardScaler" in scale
+    assert "NPSVOR: stopped at the iteration cap" in converge
+    assert "sub-problems did not converge (the rank problems of classes" in converge
+    assert ("try more iterations (--param max_iter=30), a smaller C (--param C=0.1), standardised "
+            "columns (leave out --no-standardize)") in converge

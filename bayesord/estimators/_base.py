@@ -15,6 +15,7 @@ import zlib
 
 import jax
 import numpy as np
+import scipy.sparse as sp
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
@@ -29,7 +30,7 @@ from .._validation import (
 )
 
 __all__ = ["OrdinalEstimator", "SavableMixin", "SnapshotSavableMixin", "fresh_fit", "posterior_table",
-           "read_model_file", "reset_fitted", "threshold_names"]
+           "read_model_file", "reset_fitted", "set_input_transform", "threshold_names"]
 
 
 class OrdinalEstimator(BaseEstimator):
@@ -47,6 +48,9 @@ class OrdinalEstimator(BaseEstimator):
       columns' standard deviations differ by more than 10^3, and, for models whose fit
       depends on column offsets (``_offset_sensitive``), when a column's |mean|/sd
       exceeds 10^3.  Constant columns are left out of both checks.
+    * A model made by ``bayesord fit`` carries the standardisation the command applied,
+      ``input_center_`` and ``input_scale_`` (d,), and :meth:`_validate_predict` applies it
+      to raw rows.  An estimator fitted in Python never has them.
     """
 
     _accept_sparse = False
@@ -116,13 +120,20 @@ class OrdinalEstimator(BaseEstimator):
         return X, codes, sw
 
     def _validate_predict(self, X):
+        """Check X against the fitted features; apply ``input_center_``/``input_scale_`` if set."""
         check_is_fitted(self, "classes_")
         X, names = check_X(X, accept_sparse=self._accept_sparse, n_features=self.n_features_in_,
                            model=type(self).__name__)
         fitted_names = getattr(self, "feature_names_in_", None)
         if fitted_names is not None and names is not None and list(names) != list(fitted_names):
             raise ValueError("X has different feature names (or order) than the data the model was fitted on")
-        return X
+        center = getattr(self, "input_center_", None)
+        if center is None:
+            return X
+        if sp.issparse(X):
+            raise TypeError(f"this {type(self).__name__} standardises its input (centring makes rows "
+                            "dense), so X must be dense: pass X.toarray()")
+        return (X - center) / self.input_scale_
 
     def _check_restored(self):
         """Check that a loaded model's arrays fit its features and classes.
@@ -166,6 +177,28 @@ class OrdinalEstimator(BaseEstimator):
 # Fitted attributes that hold training rows (relevance or support vectors, kernel basis
 # rows): a model that has one is an expansion over them, linear in the features otherwise.
 _ROW_ATTRIBUTES = ("relevance_vectors_", "support_", "basis_")
+
+
+def set_input_transform(est, center, scale) -> None:
+    """Give a fitted estimator the standardisation ``x -> (x - center) / scale`` of its input.
+
+    ``bayesord fit`` fits on standardised columns and stores the transform this way (and in
+    the model file), so that ``predict`` takes raw rows.
+
+    Raises:
+        ValueError: ``center`` or ``scale`` is not finite, not of shape (n_features_in_,),
+            or ``scale`` is not positive.
+    """
+    center = np.asarray(center, dtype=np.float64)
+    scale = np.asarray(scale, dtype=np.float64)
+    d = int(est.n_features_in_)
+    for name, value in (("input_center", center), ("input_scale", scale)):
+        if value.shape != (d,) or not np.all(np.isfinite(value)):
+            raise ValueError(f"{name} must be {d} finite numbers (one per feature), got shape {value.shape}")
+    if np.any(scale <= 0):
+        raise ValueError("input_scale must be positive")
+    est.input_center_ = center
+    est.input_scale_ = scale
 
 
 def same_order(a, b):
@@ -286,7 +319,7 @@ class SnapshotSavableMixin(SavableMixin):
 
 
 # Written by _write_model_file itself.
-_FILE_ATTRIBUTES = ("classes_", "n_features_in_", "feature_names_in_")
+_FILE_ATTRIBUTES = ("classes_", "n_features_in_", "feature_names_in_", "input_center_", "input_scale_")
 
 
 def _encode_state(value, key, arrays, types):
@@ -335,7 +368,9 @@ def _write_model_file(est, path, arrays, meta):
     """Write ``est``'s parameters, classes and feature names, ``meta`` and ``arrays`` to ``path``.
 
     Parameters that JSON cannot hold (a CV splitter, a ``RandomState``) are recorded by their
-    ``repr``; :func:`read_model_file` warns that they fall back to their defaults.
+    ``repr``; :func:`read_model_file` warns that they fall back to their defaults.  An input
+    standardisation (:func:`set_input_transform`) is stored as the arrays ``input_center``
+    and ``input_scale``.
     """
     params, tuples, unsaved = {}, [], {}
     for name, value in est.get_params(deep=False).items():
@@ -347,10 +382,14 @@ def _write_model_file(est, path, arrays, meta):
             unsaved[name] = repr(value)
     classes = np.asarray(est.classes_)
     names = getattr(est, "feature_names_in_", None)
+    standardized = getattr(est, "input_center_", None) is not None
     meta = dict(meta, format=est._format, params=params, tuple_params=tuples, unsaved_params=unsaved,
                 classes=classes.tolist(), classes_kind=classes.dtype.kind,
                 n_features_in=int(est.n_features_in_),
-                feature_names=None if names is None else [str(c) for c in names])
+                feature_names=None if names is None else [str(c) for c in names],
+                input_standardized=standardized)
+    if standardized:
+        arrays = dict(arrays, input_center=est.input_center_, input_scale=est.input_scale_)
     with open(path, "wb") as fh:
         np.savez(fh, meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8),
                  **{k: np.asarray(v) for k, v in arrays.items()})
@@ -430,4 +469,6 @@ def _restore_model(cls, arrays, meta, path):
         model.feature_names_in_ = names
     model._restore(arrays, meta)
     model._check_restored()
+    if meta.get("input_standardized", False):
+        set_input_transform(model, arrays["input_center"], arrays["input_scale"])
     return model
