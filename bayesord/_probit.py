@@ -164,9 +164,10 @@ class ProbitPrediction(NamedTuple):
     """Predictive distribution for new inputs."""
 
     mean: jax.Array
-    """Latent mean m = x^T w*, shape (n,) (the scale of :func:`thresholds_at_zero`)."""
+    """Mean of the centred latent ``(x - center)^T w``, shape (n,): the scale of the
+    result's ``thresholds``, and unchanged by shifts of the columns."""
     var: jax.Array
-    """Posterior variance of the latent x^T w, shape (n,)."""
+    """Its posterior variance ``(x - center)^T Sigma_w (x - center)``, shape (n,)."""
     proba: jax.Array
     """Class probabilities, shape (n, K), rows non-negative summing to 1."""
     cum_proba: jax.Array
@@ -474,8 +475,7 @@ def predict_probit(result: ProbitResult, X, *, link: str = "probit") -> ProbitPr
     scale = predictive_scale(jnp.maximum(margin_var, 0.0), result.sigma, link)
     proba = jnp.exp(log_class_probs(mean_c, scale, result.thresholds, link))
     cum = jnp.exp(log_cumulative_probs(mean_c, scale, result.thresholds, link))
-    var = jnp.einsum("ij,jk,ik->i", X, result.coef_cov, X)
-    return ProbitPrediction(mean=X @ result.coef, var=jnp.maximum(var, 0.0), proba=proba,
+    return ProbitPrediction(mean=mean_c, var=jnp.maximum(weight_var, 0.0), proba=proba,
                             cum_proba=cum)
 
 

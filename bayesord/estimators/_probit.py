@@ -55,6 +55,8 @@ class OrdinalProbit(SavableMixin, OrdinalEstimator):
             ``x = 0``, as statsmodels and R's ``ordinal`` report them), shape (K-1,).
         thresholds_cov_: their covariance under the joint Laplace posterior of (w, b), at
             the joint MAP ("joint") or at the type-II optimum ("evidence").
+        latent_thresholds_: the thresholds of the centred latent that
+            :meth:`predict_latent` returns, shape (K-1,).
         noise_: the noise scale sigma (1).
         alpha_: prior precisions after fitting, shape (d,).
         log_evidence_: Laplace log evidence (Eq. 12 of the ISBOR paper).
@@ -157,6 +159,7 @@ class OrdinalProbit(SavableMixin, OrdinalEstimator):
         thresholds, thresholds_cov, _ = thresholds_at_zero(res)
         self.thresholds_ = np.asarray(thresholds)
         self.thresholds_cov_ = np.asarray(thresholds_cov)
+        self.latent_thresholds_ = np.asarray(res.thresholds)
         self.noise_ = float(res.sigma)
         self.alpha_ = res.alpha
 
@@ -178,11 +181,12 @@ class OrdinalProbit(SavableMixin, OrdinalEstimator):
         return np.asarray(self._predict_all(X).cum_proba, dtype=np.float64)
 
     def predict_latent(self, X):
-        """Latent mean ``x^T w*`` and its posterior variance ``x^T Sigma_w x``, each (n,).
+        """Mean and posterior variance of the centred latent ``(x - c)^T w``, each (n,).
 
-        On the scale of ``thresholds_`` (the cut points at ``x = 0``).  With uncentred
-        columns most of that variance is the intercept-like direction that the thresholds
-        share; the class probabilities integrate it jointly with the thresholds.
+        ``c`` is the training rows' column means, so a shift of the columns changes neither;
+        the class boundaries on this scale are ``latent_thresholds_`` (``thresholds_`` are
+        those of ``x^T w``, the cut points at ``x = 0``: ``thresholds_ = latent_thresholds_
+        + c^T w``).
         """
         p = self._predict_all(X)
         return np.asarray(p.mean, dtype=np.float64), np.asarray(p.var, dtype=np.float64)

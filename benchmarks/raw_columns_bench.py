@@ -1,0 +1,172 @@
+"""Do raw CSV columns change what the Bayesian models say?  (issue: honest uncertainty on
+ordinary data.)
+
+Part 1, real data.  Every dense set of ``../shared/datasets`` (continuous targets cut into
+5 equal-frequency classes; sets over ``--max-train`` training rows subsampled), 5 random
+80/20 splits.  Each model is fitted twice on the same split: on the raw columns and on
+columns standardised with the training part's mean and sd.  Reported per model and set:
+test MAE and log-loss on raw columns, the largest |raw - standardised| difference of each
+over the splits, and the relative difference of the median 95% band width of the class
+probabilities.  The maximum-likelihood probit's MAE is set beside statsmodels'
+``OrderedModel(distr="probit")`` on the same raw columns (plug-in probabilities, as a
+statsmodels user predicts).  Models: ``OrdinalProbit()`` (evidence), ``OrdinalProbit(
+thresholds="joint", alpha=0)`` (maximum likelihood), ``ISBOR(theta=...)`` (a fixed width,
+``--isbor-theta``; ``--no-isbor`` leaves it out).
+
+Part 2, coverage.  Data generated from the ordinal probit with column offsets of 10^3
+(``make_ordinal_probit``, latent ``x^T w + N(0, 1)``), 500 test rows, 5 seeds: the share
+of test rows whose latent value (centred at the training means, the scale of
+``predict_latent``) lies in the 90% predictive interval ``m +- 1.645 sqrt(1 + v)`` of the
+evidence fit.
+
+Run: ``python benchmarks/raw_columns_bench.py`` (``--quick``: 2 splits, 3 data sets).
+Prints the tables and writes ``benchmarks/results/raw_columns.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+
+os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import machine, print_table, rescale, write_json  # noqa: E402
+
+jax.config.update("jax_enable_x64", True)
+
+from bayesord import ISBOR, OrdinalProbit  # noqa: E402
+from bayesord.datasets import (  # noqa: E402
+    SHARED_DATASETS,
+    equal_frequency_bins,
+    load_shared,
+    make_ordinal_probit,
+)
+from bayesord.metrics import mae, ordinal_log_loss  # noqa: E402
+
+
+def _models(args):
+    yield "probit (evidence)", lambda: OrdinalProbit(random_state=0)
+    yield "probit (ML)", lambda: OrdinalProbit(thresholds="joint", alpha=0.0, random_state=0)
+    if args.isbor:
+        yield f"ISBOR (theta={args.isbor_theta:g})", lambda: ISBOR(theta=args.isbor_theta, random_state=0)
+
+
+def _band_width(model, X):
+    if isinstance(model, OrdinalProbit):
+        lo, hi, _ = model.predict_proba_interval(X)
+    else:
+        sd = model.predict_proba_std(X)
+        lo, hi = -1.96 * sd, 1.96 * sd
+    return float(np.median(hi - lo))
+
+
+def _statsmodels_mae(Xtr, ytr, Xte, yte):
+    from statsmodels.miscmodels.ordinal_model import OrderedModel
+
+    keep = Xtr.std(0) > 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            sm = OrderedModel(ytr, Xtr[:, keep], distr="probit").fit(method="bfgs", disp=False, maxiter=5000)
+        except ValueError:  # collinear with the thresholds (one-hot columns with every level)
+            return None
+    classes = np.unique(ytr)
+    pred = classes[np.asarray(sm.model.predict(sm.params, exog=Xte[:, keep])).argmax(1)]
+    return float(np.mean(np.abs(pred - yte)))
+
+
+def real_data(args):
+    names = [n for n, kind in SHARED_DATASETS.items() if kind in ("ordinal", "continuous")]
+    if args.quick:
+        names = names[:3]
+    rows = []
+    for name in names:
+        ds = load_shared(name)
+        X, y = ds.X, ds.y
+        if ds.kind == "continuous":
+            y = equal_frequency_bins(y, 5)
+        for label, make in _models(args):
+            diffs = {"mae": [], "logloss": [], "band": []}
+            maes, logs, sm = [], [], []
+            t0 = time.perf_counter()
+            for split in range(args.splits):
+                rng = np.random.default_rng(split)
+                order = rng.permutation(len(y))
+                n_train = min(int(0.8 * len(y)), args.max_train)
+                tr, te = order[:n_train], order[n_train:n_train + max(len(y) - int(0.8 * len(y)), 1)]
+                Xs_tr, Xs_te = rescale(X[tr], X[te])
+                out = {}
+                for kind, (A, B) in {"raw": (X[tr], X[te]), "std": (Xs_tr, Xs_te)}.items():
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        model = make().fit(A, y[tr])
+                    proba = model.predict_proba(B)
+                    out[kind] = (mae(y[te], model.predict(B)),
+                                 ordinal_log_loss(y[te], proba, classes=model.classes_),
+                                 _band_width(model, B))
+                maes.append(out["raw"][0])
+                logs.append(out["raw"][1])
+                diffs["mae"].append(abs(out["raw"][0] - out["std"][0]))
+                diffs["logloss"].append(abs(out["raw"][1] - out["std"][1]))
+                diffs["band"].append(abs(out["raw"][2] / out["std"][2] - 1.0))
+                if label == "probit (ML)":
+                    sm.append(_statsmodels_mae(X[tr], y[tr], X[te], y[te]))
+            row = {"data": name, "model": label, "MAE raw": float(np.mean(maes)),
+                   "log-loss raw": float(np.mean(logs)), "max |dMAE|": max(diffs["mae"]),
+                   "max |dlog-loss|": max(diffs["logloss"]), "max band rel. diff": max(diffs["band"]),
+                   "seconds": time.perf_counter() - t0}
+            if sm:
+                known = [v for v in sm if v is not None]
+                row["statsmodels MAE"] = float(np.mean(known)) if len(known) == len(sm) else None
+            rows.append(row)
+            print_table([row], list(row))
+    return rows
+
+
+def coverage(args):
+    rows = []
+    for seed in range(args.splits):
+        X, y, truth = make_ordinal_probit(1000 + 500, 4, 5, seed=seed)
+        rng = np.random.default_rng(seed)
+        latent = X @ truth.w + rng.normal(size=len(y))
+        y = np.digitize(latent, truth.thresholds) + 1
+        # predict_latent gives the latent of the columns centred at the training means.
+        latent = latent - X[:1000].mean(0) @ truth.w
+        X = X + 1e3
+        model = OrdinalProbit(random_state=0).fit(X[:1000], y[:1000])
+        mean, var = model.predict_latent(X[1000:])
+        half = 1.6448536269514722 * np.sqrt(1.0 + var)
+        inside = np.abs(latent[1000:] - mean) <= half
+        rows.append({"seed": seed, "coverage 90%": float(np.mean(inside))})
+    return rows
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--splits", type=int, default=5)
+    p.add_argument("--max-train", type=int, default=2000)
+    p.add_argument("--isbor-theta", type=float, default=0.1)
+    p.add_argument("--no-isbor", dest="isbor", action="store_false")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.splits = 2
+    print("Part 2: latent coverage with column offsets of 1e3")
+    cov = coverage(args)
+    print_table(cov, ["seed", "coverage 90%"])
+    print(f"mean coverage {np.mean([r['coverage 90%'] for r in cov]):.4f}\n")
+    print("Part 1: raw vs standardised columns")
+    rows = real_data(args)
+    write_json("raw_columns", {"machine": machine(), "args": vars(args), "coverage": cov, "real": rows})
+
+
+if __name__ == "__main__":
+    main()
