@@ -47,7 +47,9 @@ class OrdinalEstimator(BaseEstimator):
     * ``fit`` warns (:class:`bayesord.ColumnScaleWarning`, naming the columns) when the
       columns' standard deviations differ by more than 10^3, and, for models whose fit
       depends on column offsets (``_offset_sensitive``), when a column's |mean|/sd
-      exceeds 10^3.  Constant columns are left out of both checks.
+      exceeds 10^3.  Constant columns are left out of both checks, and models that
+      standardise their columns themselves (``_scale_sensitive = False``: the Bayesian
+      models) are not checked.  A kernel matrix has no feature columns to check.
     * A model made by ``bayesord fit`` carries the standardisation the command applied,
       ``input_center_`` and ``input_scale_`` (d,), and :meth:`_validate_predict` applies it
       to raw rows.  An estimator fitted in Python never has them.
@@ -56,8 +58,10 @@ class OrdinalEstimator(BaseEstimator):
     _accept_sparse = False
     # Why every declared class needs a training row (the end of the error message otherwise).
     _why_every_class = "every declared class needs at least one sample to place its thresholds"
-    # Whether the fit depends on the columns' offsets (the model does not centre them).
+    # Whether the fit depends on the columns' offsets (the model does not centre them) and
+    # on their scales (the model does not standardise them).
     _offset_sensitive = False
+    _scale_sensitive = True
     # How many thresholds_ a fitted model has beyond K - 1 (one per class: K).
     _extra_thresholds = 0
 
@@ -92,7 +96,7 @@ class OrdinalEstimator(BaseEstimator):
             raise ValueError(f"classes={list(classes)!r} passed to fit differs from the estimator's "
                              f"classes={list(own)!r}; give one of them")
         X, names = check_X(X, accept_sparse=self._accept_sparse)
-        if getattr(self, "kernel", None) != "precomputed":  # a kernel matrix has no feature columns
+        if self._scale_sensitive and getattr(self, "kernel", None) != "precomputed":
             problem = column_scale_problems(X, names, offsets=self._offset_sensitive)
             if problem:
                 warn_user(f"{type(self).__name__}: {problem}. One penalty or prior for all weights "

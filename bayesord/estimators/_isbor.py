@@ -73,6 +73,8 @@ def _fold_predictions(theta, fold_weights, X, y, cand, key, min_delta, *, solver
 class _SparseBayesOrdinal(SavableMixin, OrdinalEstimator):
     """Shared fit/predict plumbing; subclasses choose the solver."""
 
+    _scale_sensitive = False  # the fit standardises the columns itself
+
     _solver_name = ""
 
     def _check_params(self, n, n_classes):

@@ -74,6 +74,7 @@ class OrdinalProbit(SavableMixin, OrdinalEstimator):
     """
 
     _format = "bayesord.OrdinalProbit/2"
+    _scale_sensitive = False  # the fit standardises the columns itself
 
     def __init__(self, thresholds="evidence", alpha=1.0, prior="gaussian", link="probit",
                  tol=None, max_iter=200, max_newton=100, classes=None, n_draws=200,
