@@ -2,8 +2,8 @@
 ordinary data.)
 
 Part 1, real data.  Every dense set of ``../shared/datasets`` (continuous targets cut into
-5 equal-frequency classes; sets over ``--max-train`` training rows subsampled), 5 random
-80/20 splits.  Each model is fitted twice on the same split: on the raw columns and on
+5 equal-frequency classes; training parts over ``--max-train`` rows cut to that many), 5
+random stratified 80/20 splits.  Each model is fitted twice on the same split: on the raw columns and on
 columns standardised with the training part's mean and sd.  Reported per model and set:
 test MAE and log-loss on raw columns, the largest |raw - standardised| difference of each
 over the splits, and the relative difference of the median 95% band width of the class
@@ -48,6 +48,7 @@ from bayesord.datasets import (  # noqa: E402
     equal_frequency_bins,
     load_shared,
     make_ordinal_probit,
+    stratified_split,
 )
 from bayesord.metrics import mae, ordinal_log_loss  # noqa: E402
 
@@ -98,10 +99,9 @@ def real_data(args):
             maes, logs, sm = [], [], []
             t0 = time.perf_counter()
             for split in range(args.splits):
-                rng = np.random.default_rng(split)
-                order = rng.permutation(len(y))
-                n_train = min(int(0.8 * len(y)), args.max_train)
-                tr, te = order[:n_train], order[n_train:n_train + max(len(y) - int(0.8 * len(y)), 1)]
+                # Stratified, so every class has a training row (esl's lowest has two).
+                tr, te = stratified_split(y, int(0.8 * len(y)), seed=split)
+                tr = tr[:args.max_train]
                 Xs_tr, Xs_te = rescale(X[tr], X[te])
                 out = {}
                 for kind, (A, B) in {"raw": (X[tr], X[te]), "std": (Xs_tr, Xs_te)}.items():
