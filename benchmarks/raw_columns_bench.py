@@ -101,7 +101,7 @@ def real_data(args):
             for split in range(args.splits):
                 # Stratified, so every class has a training row (esl's lowest has two).
                 tr, te = stratified_split(y, int(0.8 * len(y)), seed=split)
-                tr = tr[:args.max_train]
+                tr = np.random.default_rng(split).permutation(tr)[:args.max_train]
                 Xs_tr, Xs_te = rescale(X[tr], X[te])
                 out = {}
                 for kind, (A, B) in {"raw": (X[tr], X[te]), "std": (Xs_tr, Xs_te)}.items():
