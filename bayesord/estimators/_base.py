@@ -99,8 +99,8 @@ class OrdinalEstimator(BaseEstimator):
         if self._scale_sensitive and getattr(self, "kernel", None) != "precomputed":
             problem = column_scale_problems(X, names, offsets=self._offset_sensitive)
             if problem:
-                warn_user(f"{type(self).__name__}: {problem}. One penalty or prior for all weights "
-                          "treats such columns unequally, and solvers converge slowly on them: "
+                warn_user(f"{type(self).__name__}: {problem}. One penalty or kernel width for all "
+                          "columns treats such columns unequally, and solvers converge slowly on them: "
                           "standardise the columns (e.g. a Pipeline with "
                           "sklearn.preprocessing.StandardScaler); `bayesord fit` does it by default",
                           ColumnScaleWarning)
