@@ -90,6 +90,7 @@ __all__ = [
     "fit_isbor",
     "fit_sbor",
     "predict_isbor",
+    "weight_cov",
 ]
 
 
@@ -807,6 +808,13 @@ def fit_sbor(X, y, weights, cand_index, cand_valid, theta, *, config: ISBORConfi
 # Prediction
 
 _GH_X, _GH_W = np.polynomial.hermite.hermgauss(64)
+
+
+def weight_cov(result: ISBORResult):
+    """Marginal covariance of the slot weights under the joint posterior of (w, b), (M, M):
+    ``P_ww^{-1} + Sigma_wb Sigma_bb^{-1} Sigma_wb^T`` (see :func:`bayesord._laplace.joint_posterior`)."""
+    cross = result.cross_cov
+    return chol_inverse(result.chol) + cross @ jnp.linalg.solve(result.thresholds_cov, cross.T)
 
 
 @partial(jax.jit, static_argnames=("kernel", "degree", "link"))

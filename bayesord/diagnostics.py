@@ -530,8 +530,7 @@ def compare(models: Mapping[str, Any], X=None, y=None, **kwargs):
 
 def _sparse_fit(obj):
     """(indices, alpha, weights, weights_sd, evidence trace, action names) of a fit, or None."""
-    from ._isbor import Action, ISBORResult
-    from ._linalg import chol_inverse
+    from ._isbor import Action, ISBORResult, weight_cov
     from .estimators._isbor import _SparseBayesOrdinal
 
     if isinstance(obj, _SparseBayesOrdinal):
@@ -547,7 +546,7 @@ def _sparse_fit(obj):
     if res.mask.ndim != 1:
         raise ValueError("a batched (vmapped) ISBORResult holds several fits; pass one of them")
     mask = res.mask.astype(bool)
-    sd = np.sqrt(np.diag(np.asarray(chol_inverse(jnp.asarray(res.chol))))[mask])
+    sd = np.sqrt(np.diag(np.asarray(weight_cov(jax.tree_util.tree_map(jnp.asarray, res))))[mask])
     n_it = int(res.n_iter)
     actions = [_action_name(Action(int(a))) for a in res.action_trace[:n_it]]
     return (res.relevance_index[mask].astype(np.int64), res.alpha[mask], res.w[mask], sd,

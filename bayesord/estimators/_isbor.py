@@ -16,8 +16,15 @@ from sklearn.utils.validation import check_is_fitted
 from .. import metrics
 from .._basis import KERNELS, kmeanspp_indices
 from .._columns import column_moments
-from .._isbor import Action, ISBORConfig, ISBORResult, fit_isbor, fit_sbor, predict_isbor
-from .._linalg import chol_inverse
+from .._isbor import (
+    Action,
+    ISBORConfig,
+    ISBORResult,
+    fit_isbor,
+    fit_sbor,
+    predict_isbor,
+    weight_cov,
+)
 from .._progress import check_verbose, prefix
 from .._status import check_status, warn_user
 from ._base import OrdinalEstimator, SavableMixin, fresh_fit, posterior_table, threshold_names
@@ -283,10 +290,7 @@ class _SparseBayesOrdinal(SavableMixin, OrdinalEstimator):
         self.relevance_vectors_ = (np.asarray(res.centres)[mask] * np.asarray(res.scale)
                                    + np.asarray(res.center) if config.kernel != "precomputed" else None)
         self.coef_ = np.asarray(res.w)[mask]
-        # The weights' marginal covariance under the joint posterior of (w, b).
-        cross = np.asarray(res.cross_cov)
-        cov = np.asarray(chol_inverse(res.chol)) + cross @ np.linalg.solve(res.thresholds_cov, cross.T)
-        self.coef_cov_ = cov[np.ix_(mask, mask)]
+        self.coef_cov_ = np.asarray(weight_cov(res))[np.ix_(mask, mask)]
         self.alpha_ = np.asarray(res.alpha)[mask]
         self.thresholds_ = np.asarray(res.b)
         self.thresholds_cov_ = np.asarray(res.thresholds_cov)
