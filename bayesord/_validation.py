@@ -22,6 +22,7 @@ __all__ = [
     "check_X",
     "column_moments",
     "column_scale_problems",
+    "dependent_columns",
     "check_sample_weight",
     "encode_labels",
     "encode_known_labels",
@@ -195,6 +196,46 @@ def column_scale_problems(X, names=None, offsets=True) -> str | None:
             problems.append(f"columns whose mean is more than {COLUMN_SCALE_LIMIT:g} standard "
                             f"deviations from zero (|mean|/sd): {shown}{more}")
     return "; ".join(problems) or None
+
+
+def dependent_columns(X, weights, names=None) -> str | None:
+    """Groups of dense columns that are linearly dependent once centred, or None.
+
+    A column combination that is constant over the rows with positive weight (a constant
+    column; one-hot columns that keep every level, which sum to one) is absorbed by the
+    thresholds of an ordinal model, so without a prior its coefficients are not
+    identified.  Found from the singular values of the weighted, centred and scaled
+    columns: a direction whose singular value is below ``1e-9`` of the largest.
+
+    Args:
+        X: (n, d) float ndarray.
+        weights: (n,) non-negative sample weights.
+        names: the d column names, or None.
+
+    Returns:
+        A sentence naming the columns of each dependent group, or None.
+    """
+    w = np.asarray(weights, dtype=np.float64)
+    keep = w > 0
+    Xk, wk = X[keep], w[keep] / np.sum(w[keep])
+    centred = Xk - wk @ Xk
+    sd = np.sqrt(wk @ centred**2)
+    Z = np.sqrt(wk)[:, None] * centred / np.where(sd > 0, sd, 1.0)
+    _, sv, vt = np.linalg.svd(Z, full_matrices=True)
+    sv = np.concatenate([sv, np.zeros(vt.shape[0] - sv.size)])
+    null = vt[sv <= 1e-9 * max(sv.max(), np.finfo(float).tiny)]
+    if null.size == 0:
+        return None
+    label = [f"x{j}" for j in range(X.shape[1])] if names is None else [str(c) for c in names]
+    groups = []
+    for v in null:
+        members = np.flatnonzero(np.abs(v) > 1e-6 * np.abs(v).max())
+        group = ", ".join(repr(label[j]) for j in members[:8]) + (" ..." if members.size > 8 else "")
+        if group not in groups:
+            groups.append(group)
+    return ("columns that are linearly dependent once centred (a constant combination, such as "
+            "a constant column or one-hot columns that keep every level): "
+            + "; ".join(f"[{g}]" for g in groups))
 
 
 def check_sample_weight(sample_weight, n: int) -> np.ndarray:

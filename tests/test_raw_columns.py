@@ -142,3 +142,22 @@ def test_isbor_logit_predictive_uses_the_logit_scale():
     expected = np.diff(np.concatenate([np.zeros((40, 1)), cum, np.ones((40, 1))], axis=1), axis=1)
     np.testing.assert_allclose(pred.proba, expected, atol=1e-10)
     assert np.all(np.asarray(pred.proba) >= 0)
+
+
+def test_ml_fit_names_columns_that_one_hot_coding_made_dependent():
+    """One-hot columns that keep every level sum to one, which the thresholds absorb: the
+    maximum-likelihood coefficients are not identified along that direction (statsmodels
+    refuses such a design); the fit says which columns, and a prior silences it."""
+    rng = np.random.default_rng(3)
+    level = rng.integers(0, 3, size=len(Y0))
+    frame = pd.DataFrame({"size": X0[:, 0] * 10 + 50, "red": level == 0, "green": level == 1,
+                          "blue": level == 2, "weight": X0[:, 1]}).astype(float)
+    with pytest.warns(UserWarning, match=r"\['red', 'green', 'blue'\].*alpha > 0"):
+        model = OrdinalProbit(thresholds="joint", alpha=0.0).fit(frame, Y0)
+    assert model.converged_
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        OrdinalProbit(thresholds="joint", alpha=1.0).fit(frame, Y0)
+        OrdinalProbit(thresholds="joint", alpha=0.0).fit(frame.drop(columns="blue"), Y0)

@@ -13,8 +13,8 @@ from .._probit import (
     predict_probit,
     thresholds_at_zero,
 )
-from .._status import check_status
-from .._validation import float_dtype
+from .._status import check_status, warn_user
+from .._validation import dependent_columns, float_dtype
 from ._base import OrdinalEstimator, SavableMixin, fresh_fit, posterior_table, threshold_names
 
 __all__ = ["OrdinalProbit"]
@@ -143,6 +143,14 @@ class OrdinalProbit(SavableMixin, OrdinalEstimator):
         alpha = self._alpha(X.shape[1])
         dtype = float_dtype()
         tol = self._tol(dtype)
+        if config.thresholds == "joint" and np.any(alpha == 0):
+            problem = dependent_columns(X, sw, getattr(self, "feature_names_in_", None))
+            if problem:
+                warn_user(f"OrdinalProbit: {problem}. With alpha=0 (maximum likelihood) the "
+                          "thresholds absorb that combination, so its coefficients are not "
+                          "identified: the fit reports one of many equally good solutions, and "
+                          "their sds along it mean nothing (predictions are unaffected). Drop one "
+                          "column of each group, or give alpha > 0")
         res = fit_probit(X.astype(dtype), codes, sw.astype(dtype), alpha.astype(dtype), tol,
                          config=config, n_classes=len(self.classes_))
         check_status(res.status, "OrdinalProbit.fit")
