@@ -72,7 +72,7 @@ import numpy as np
 from jax.scipy.linalg import solve_triangular
 
 from ._basis import candidate_columns, candidate_rows, check_kernel, kernel_matrix
-from ._columns import column_moments
+from ._columns import center_and_scale
 from ._laplace import joint_posterior, laplace_at, laplace_log_evidence, newton_map
 from ._likelihood import LINKS, log_class_probs, ordinal_loglik, ordinal_terms, predictive_scale
 from ._linalg import chol_inverse, chol_solve
@@ -429,7 +429,7 @@ def _cast_inputs(X, y, weights, theta, cfg):
     if cfg.kernel == "precomputed":
         center, scale = jnp.zeros(X.shape[1], dtype), jnp.ones(X.shape[1], dtype)
     else:
-        center, scale = column_moments(X, weights)
+        center, scale = center_and_scale(X, weights)
     return ((X - center) / scale, y.astype(jnp.int32), weights, jnp.asarray(theta, dtype),
             center, scale)
 

@@ -25,7 +25,7 @@ no intercept either: the thresholds absorb it.
 
 **Columns are standardised inside the model.**  The fit works with ``z = (x - c) / s``,
 ``c`` and ``s`` the (weighted) column means and standard deviations of the training rows
-(:func:`bayesord._columns.column_moments`), and stores both in the result.  With a free
+(:func:`bayesord._columns.center_and_scale`), and stores both in the result.  With a free
 threshold per class boundary the centred model is the same model (the thresholds absorb
 ``c^T w``), but the Laplace posterior is then computed where the weights and the
 thresholds are nearly uncorrelated; and the prior is on the standardised coefficients
@@ -60,7 +60,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from ._columns import column_moments
+from ._columns import center_and_scale
 from ._laplace import (
     joint_posterior,
     laplace_at,
@@ -314,7 +314,7 @@ def fit_probit(X, y, weights, alpha, rtol, *, config: ProbitConfig, n_classes: i
     dtype = X.dtype if jnp.issubdtype(X.dtype, jnp.floating) else jnp.result_type(float)
     weights = jnp.asarray(weights, dtype)
     X = X.astype(dtype)
-    center, scale = column_moments(X, weights)
+    center, scale = center_and_scale(X, weights)
     res = _fit_standardised((X - center) / scale, jnp.asarray(y, jnp.int32), weights, alpha, rtol,
                             config, n_classes)
     # Back to the user's columns: w = w_z / s (the thresholds of the centred latent are the same).

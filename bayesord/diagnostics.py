@@ -338,7 +338,10 @@ def to_inference_data(model, X, y, *, draws: int = 500, chains: int = 4, key=Non
     draws = _check_draws("draws", draws)
     chains = _check_draws("chains", chains)
     block = _check_draws("block", block)
-    X = np.asarray(X, dtype=np.float64)
+    # An estimator checks X against what it was fitted on and applies the input transform a
+    # model made by `bayesord fit` carries; a functional result takes X as it is.
+    validate = getattr(model, "_validate_predict", None)
+    X = np.asarray(X if validate is None else validate(X), dtype=np.float64)
     if X.ndim != 2:
         raise ValueError(f"X must be two-dimensional, got shape {X.shape}")
     codes = _observed_codes(y, post.classes)

@@ -243,6 +243,19 @@ def test_a_model_file_whose_metadata_disagrees_with_its_arrays_is_refused(tmp_pa
         load_model(path)
 
 
+@pytest.mark.parametrize("est, array", [(OrdinalProbit(), "result.center"),
+                                        (ISBOR(theta=1.0, capacity=16, max_iter=60, random_state=0),
+                                         "result.thresholds_cov")],
+                         ids=["OrdinalProbit", "ISBOR"])
+def test_a_bayesian_model_file_with_a_posterior_array_of_the_wrong_shape_is_refused(tmp_path, est, array):
+    path = _saved(tmp_path, est)
+    with np.load(path) as data:
+        wrong = np.concatenate([data[array], data[array][:1]])
+    _rewrite(path, arrays={array: wrong})
+    with pytest.raises(ValueError, match=rf"m\.npz does not hold a consistent .*{array}"):
+        load_model(path)
+
+
 def test_a_damaged_model_file_is_one_value_error_naming_it(tmp_path):
     path = _saved(tmp_path, PRank(random_state=0))
     raw = path.read_bytes()

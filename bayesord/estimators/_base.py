@@ -168,6 +168,15 @@ class OrdinalEstimator(BaseEstimator):
             raise ValueError(f"thresholds_ has shape {np.shape(thresholds)}, but the model has {K} "
                              f"classes, so it must be ({n_thr},)")
 
+    def _check_shapes(self, *named):
+        """Raise naming the first ``(name, array, shape)`` whose array does not have that shape
+        (for an estimator's ``_restore``, before it computes anything from those arrays)."""
+        for name, value, shape in named:
+            if np.shape(value) != shape:
+                raise ValueError(f"{name} has shape {np.shape(value)}, but the model has "
+                                 f"{self.n_features_in_} features and {len(self.classes_)} classes, "
+                                 f"so it must be {shape}")
+
     def _encode_y(self, y, n):
         """Encode labels at scoring time against the fitted classes (unknown labels raise)."""
         check_is_fitted(self, "classes_")

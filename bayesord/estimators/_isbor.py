@@ -15,7 +15,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from .. import metrics
 from .._basis import KERNELS, kmeanspp_indices
-from .._columns import column_moments
+from .._columns import center_and_scale
 from .._isbor import (
     Action,
     ISBORConfig,
@@ -172,7 +172,7 @@ class _SparseBayesOrdinal(SavableMixin, OrdinalEstimator):
             return jnp.arange(n, dtype=jnp.int32)
         if self.centre_selection == "kmeans++":
             # On the standardised columns the fit works with (k-means++ compares distances).
-            center, scale = column_moments(X, sw)
+            center, scale = center_and_scale(X, sw)
             return kmeanspp_indices((X - center) / scale, key, int(self.n_centres))
         return jnp.sort(jax.random.permutation(key, n)[: self.n_centres]).astype(jnp.int32)
 
@@ -332,8 +332,12 @@ class _SparseBayesOrdinal(SavableMixin, OrdinalEstimator):
                  "theta_grid_scores": None if scores is None else np.asarray(scores).tolist()})
 
     def _restore(self, arrays, meta):
-        self._store(ISBORResult(**{k: arrays[f"result.{k}"] for k in ISBORResult._fields}),
-                    ISBORConfig(**meta["config"]))
+        res = ISBORResult(**{k: arrays[f"result.{k}"] for k in ISBORResult._fields})
+        m, k1, d = np.shape(res.mask)[0], len(self.classes_) - 1, int(self.n_features_in_)
+        self._check_shapes(("result.center", res.center, (d,)), ("result.scale", res.scale, (d,)),
+                           ("result.chol", res.chol, (m, m)), ("result.cross_cov", res.cross_cov, (m, k1)),
+                           ("result.thresholds_cov", res.thresholds_cov, (k1, k1)))
+        self._store(res, ISBORConfig(**meta["config"]))
         if meta["theta_grid_scores"] is not None:
             self.theta_grid_scores_ = np.asarray(meta["theta_grid_scores"], dtype=float)
 

@@ -280,6 +280,12 @@ class OrdinalProbit(SavableMixin, OrdinalEstimator):
                                     "converged_": self.converged_}}
 
     def _restore(self, arrays, meta):
-        self._set_result(ProbitResult(**{k: arrays[f"result.{k}"] for k in ProbitResult._fields}))
+        res = ProbitResult(**{k: arrays[f"result.{k}"] for k in ProbitResult._fields})
+        d, k1 = int(self.n_features_in_), len(self.classes_) - 1
+        self._check_shapes(("result.center", res.center, (d,)), ("result.scale", res.scale, (d,)),
+                           ("result.coef_cov", res.coef_cov, (d, d)),
+                           ("result.cross_cov", res.cross_cov, (d, k1)),
+                           ("result.thresholds_cov", res.thresholds_cov, (k1, k1)))
+        self._set_result(res)
         for k, v in meta["scalars"].items():
             setattr(self, k, v)
