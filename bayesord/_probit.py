@@ -20,8 +20,9 @@ no intercept either: the thresholds absorb it.
   Laplace log evidence (Eq. 12) with optax's L-BFGS; gradients through the inner MAP
   come from the implicit function theorem (:func:`bayesord._laplace.map_weights`).  This
   is the type-II maximum likelihood of the ISBOR paper (Eq. 13-14 give the threshold
-  gradient; here it is obtained by differentiation).  The Laplace posterior covers ``w``
-  given the tuned hyperparameters.
+  gradient; here it is obtained by differentiation).  The evidence uses the Laplace
+  posterior of ``w`` given the tuned hyperparameters; predictions use the joint one of
+  ``(w, b)`` there (below).
 
 **Columns are standardised inside the model.**  The fit works with ``z = (x - c) / s``,
 ``c`` and ``s`` the (weighted) column means and standard deviations of the training rows
