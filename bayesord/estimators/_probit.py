@@ -181,7 +181,8 @@ class OrdinalProbit(SavableMixin, OrdinalEstimator):
     def predict_proba(self, X):
         """Class probabilities, shape (n, K), columns in ``classes_`` order, rows summing to 1.
 
-        The weight posterior is integrated exactly (probit) through the latent variance.
+        The joint posterior of the weights and the thresholds is integrated exactly (probit;
+        the probit approximation for the logit), one predictive scale per threshold.
         """
         return np.asarray(self._predict_all(X).proba, dtype=np.float64)
 
