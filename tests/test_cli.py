@@ -378,8 +378,8 @@ def test_a_damaged_or_edited_model_file_is_one_line_and_exit_2(tmp_path, capsys)
     }
     for name, (content, _) in cases.items():
         (tmp_path / name).write_bytes(content)
-    cases["edited.npz"] = (None, "does not hold a consistent OrdinalProbit (coef_ has shape (2,), but the "
-                                 "model has 5 features and 3 classes, so it must be (5,) or (3, 5)); it was "
+    cases["edited.npz"] = (None, "does not hold a consistent OrdinalProbit (result.center has shape (2,), "
+                                 "but the model has 5 features and 3 classes, so it must be (5,)); it was "
                                  "damaged or edited after saving")
     cases["renamed.npz"] = (None, "does not hold a consistent OrdinalProbit (2 feature names but n_features_in=5)")
     cases["no_meta.npz"] = (None, "is an .npz archive but not a model saved by bayesord (no 'meta' entry)")
