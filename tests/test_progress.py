@@ -308,5 +308,5 @@ def test_cli_progress_on_by_default_and_quiet(tmp_path, capsys):
     assert main(["fit", str(tmp_path / "d.csv"), "--out", str(tmp_path / "m.npz")]) == 0
     err = capsys.readouterr().err
     assert "fit: OrdinalProbit on 60 rows x 2 features" in err and "fitted in" in err
-    assert main(["fit", str(tmp_path / "d.csv"), "--out", str(tmp_path / "m.npz"), "--quiet"]) == 0
+    assert main(["fit", str(tmp_path / "d.csv"), "--out", str(tmp_path / "m2.npz"), "--quiet"]) == 0
     assert capsys.readouterr().err == ""
