@@ -11,7 +11,7 @@ probabilities.  The maximum-likelihood probit's MAE is set beside statsmodels'
 ``OrderedModel(distr="probit")`` on the same raw columns (plug-in probabilities, as a
 statsmodels user predicts).  Models: ``OrdinalProbit()`` (evidence), ``OrdinalProbit(
 thresholds="joint", alpha=0)`` (maximum likelihood), ``ISBOR(theta=...)`` (a fixed width,
-``--isbor-theta``; ``--no-isbor`` leaves it out).
+``--isbor-theta``); ``--models`` chooses among them.
 
 Part 2, coverage.  Data generated from the ordinal probit with column offsets of 10^3
 (``make_ordinal_probit``, latent ``x^T w + N(0, 1)``), 500 test rows, 5 seeds: the share
@@ -25,7 +25,8 @@ standardises by default) against the estimator fitted in Python on columns stand
 with the training part's mean and sd; test MAE of each for NPSVOR, RedSVM,
 SwappedPairsSVM and CuSumRank with their defaults.
 
-Run: ``python benchmarks/raw_columns_bench.py`` (``--quick``: 2 splits, 3 data sets).
+Run: ``python benchmarks/raw_columns_bench.py`` (``--quick``: 2 splits, 3 data sets; the
+ISBOR part at ``--max-train 2000`` takes hours on 2 cores, ``--max-train 500`` minutes).
 Prints the tables and writes ``benchmarks/results/raw_columns.json``.
 """
 
@@ -60,9 +61,12 @@ from bayesord.metrics import mae, ordinal_log_loss  # noqa: E402
 
 
 def _models(args):
-    yield "probit (evidence)", lambda: OrdinalProbit(random_state=0)
-    yield "probit (ML)", lambda: OrdinalProbit(thresholds="joint", alpha=0.0, random_state=0)
-    if args.isbor:
+    chosen = set(args.models.split(","))
+    if "evidence" in chosen:
+        yield "probit (evidence)", lambda: OrdinalProbit(random_state=0)
+    if "ml" in chosen:
+        yield "probit (ML)", lambda: OrdinalProbit(thresholds="joint", alpha=0.0, random_state=0)
+    if "isbor" in chosen:
         yield f"ISBOR (theta={args.isbor_theta:g})", lambda: ISBOR(theta=args.isbor_theta, random_state=0)
 
 
@@ -214,7 +218,8 @@ def main(argv=None):
     p.add_argument("--splits", type=int, default=5)
     p.add_argument("--max-train", type=int, default=2000)
     p.add_argument("--isbor-theta", type=float, default=0.1)
-    p.add_argument("--no-isbor", dest="isbor", action="store_false")
+    p.add_argument("--models", default="evidence,ml,isbor",
+                   help="part 1's models, comma-separated: evidence, ml, isbor")
     p.add_argument("--parts", default="coverage,real,cli",
                    help="comma-separated parts to run: coverage, real, cli")
     args = p.parse_args(argv)
