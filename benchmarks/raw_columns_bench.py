@@ -126,7 +126,9 @@ def real_data(args):
                 logs.append(out["raw"][1])
                 diffs["mae"].append(abs(out["raw"][0] - out["std"][0]))
                 diffs["logloss"].append(abs(out["raw"][1] - out["std"][1]))
-                diffs["band"].append(abs(out["raw"][2] / out["std"][2] - 1.0))
+                raw_band, std_band = out["raw"][2], out["std"][2]
+                diffs["band"].append(abs(raw_band - std_band) / std_band if std_band > 0
+                                     else float(raw_band != 0) * np.inf)
                 if label == "probit (ML)":
                     sm.append(_statsmodels_mae(X[tr], y[tr], X[te], y[te]))
             row = {"data": name, "model": label, "MAE raw": float(np.mean(maes)),
