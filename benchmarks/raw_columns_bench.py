@@ -127,8 +127,10 @@ def real_data(args):
                 diffs["mae"].append(abs(out["raw"][0] - out["std"][0]))
                 diffs["logloss"].append(abs(out["raw"][1] - out["std"][1]))
                 raw_band, std_band = out["raw"][2], out["std"][2]
-                diffs["band"].append(abs(raw_band - std_band) / std_band if std_band > 0
-                                     else float(raw_band != 0) * np.inf)
+                if std_band > 0:
+                    diffs["band"].append(abs(raw_band - std_band) / std_band)
+                else:
+                    diffs["band"].append(0.0 if raw_band == 0 else np.inf)
                 if label == "probit (ML)":
                     sm.append(_statsmodels_mae(X[tr], y[tr], X[te], y[te]))
             row = {"data": name, "model": label, "MAE raw": float(np.mean(maes)),
