@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._likelihood import ordinal_loglik, ordinal_ratios, ordinal_terms, terms_from_ratios
-from ._linalg import chol_logdet, chol_solve, safe_cholesky
+from ._linalg import chol_inverse, chol_logdet, chol_solve, safe_cholesky
 from ._status import Status
 
 __all__ = [
@@ -402,5 +402,5 @@ def joint_posterior(Phi, y, weights, w, b, sigma, alpha, chol, link="probit") ->
     p_wb, p_bb = precision[:m, m:], precision[m:, m:]
     gain = chol_solve(chol, p_wb)
     L, ok = safe_cholesky(p_bb - p_wb.T @ gain)
-    thresholds_cov = chol_solve(L, jnp.eye(b.shape[0], dtype=L.dtype))
+    thresholds_cov = chol_inverse(L)
     return JointPosterior(thresholds_cov, -gain @ thresholds_cov, gain, ok)
