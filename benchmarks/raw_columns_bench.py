@@ -70,6 +70,16 @@ def _models(args):
         yield f"ISBOR (theta={args.isbor_theta:g})", lambda: ISBOR(theta=args.isbor_theta, random_state=0)
 
 
+def _split(y, seed, max_train):
+    """A stratified 80/20 split, its training part cut to ``max_train`` rows, stratified
+    again: every class keeps a training row (esl's lowest class has two rows)."""
+    tr, te = stratified_split(y, int(0.8 * len(y)), seed=seed)
+    if len(tr) > max_train:
+        keep, _ = stratified_split(y[tr], max_train, seed=seed)
+        tr = tr[keep]
+    return tr, te
+
+
 def _band_width(model, X):
     if isinstance(model, OrdinalProbit):
         lo, hi, _ = model.predict_proba_interval(X)
@@ -109,9 +119,7 @@ def real_data(args):
             maes, logs, sm = [], [], []
             t0 = time.perf_counter()
             for split in range(args.splits):
-                # Stratified, so every class has a training row (esl's lowest has two).
-                tr, te = stratified_split(y, int(0.8 * len(y)), seed=split)
-                tr = np.random.default_rng(split).permutation(tr)[:args.max_train]
+                tr, te = _split(y, split, args.max_train)
                 Xs_tr, Xs_te = rescale(X[tr], X[te])
                 out = {}
                 for kind, (A, B) in {"raw": (X[tr], X[te]), "std": (Xs_tr, Xs_te)}.items():
@@ -189,8 +197,7 @@ def command_line(args):
             for flag, cls in CLI_MODELS.items():
                 cli_mae, py_mae = [], []
                 for split in range(args.splits):
-                    tr, te = stratified_split(y, int(0.8 * len(y)), seed=split)
-                    tr = np.random.default_rng(split).permutation(tr)[:args.max_train]
+                    tr, te = _split(y, split, args.max_train)
                     frame = pd.DataFrame(X, columns=ds.feature_names)
                     frame.iloc[tr].assign(y=y[tr]).to_csv(tmp / "train.csv", index=False)
                     frame.iloc[te].to_csv(tmp / "test.csv", index=False)
