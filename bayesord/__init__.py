@@ -3,106 +3,105 @@
 Functional core (jitted pure functions returning NamedTuples) and scikit-learn style
 estimators on top.  The library never enables JAX's float64 mode itself; call
 ``jax.config.update("jax_enable_x64", True)`` for the precision-sensitive Bayesian paths.
+
+``import bayesord`` is cheap: each name below is imported from its module on first use
+(PEP 562), so the command line answers ``--help`` without starting JAX, and a script that
+uses one model does not import the others.  That first use also turns on JAX's persistent
+compilation cache in ``~/.cache/bayesord/jax`` (``BAYESORD_COMPILE_CACHE`` names another
+folder, ``off`` disables it; see :mod:`bayesord._compile_cache`), so a second process
+skips most of the compilation.
 """
 
-from . import calibration, datasets, diagnostics, metrics
-from ._isbor import ISBORConfig, ISBORPrediction, ISBORResult, fit_isbor, fit_sbor, predict_isbor
-from ._npsvor import NPSVORConfig, NPSVORResult, cv_npsvor, fit_npsvor, predict_r_new, predict_r_old
-from ._perceptron import (
-    KernelPerceptronResult,
-    PerceptronConfig,
-    PerceptronResult,
-    fit_kernel_perceptron,
-    fit_perceptron,
-)
-from ._probit import (
-    ProbitConfig,
-    ProbitPrediction,
-    ProbitResult,
-    class_prob_bands,
-    fit_probit,
-    predict_probit,
-    sample_class_probs,
-)
-from ._rankpairs import (
-    RankPairsConfig,
-    RankPairsResult,
-    fit_rankpairs_kernel,
-    fit_rankpairs_linear,
-    swapped_pairs_rate,
-)
-from ._redsvm import RedSVMConfig, RedSVMResult, fit_redsvm
-from ._status import Status
-from ._tor import TORConfig, TORResult, fit_tor
-from ._validation import ColumnScaleWarning
-from .diagnostics import to_inference_data
-from .estimators import (
-    ISBOR,
-    NPSVOR,
-    CuSumRank,
-    OrdinalProbit,
-    PRank,
-    RedSVM,
-    SBOR,
-    SwappedPairsSVM,
-    TransductiveOrdinalRegression,
-    load_model,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+from . import _compile_cache
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "ColumnScaleWarning",
-    "CuSumRank",
-    "ISBOR",
-    "ISBORConfig",
-    "ISBORPrediction",
-    "ISBORResult",
-    "KernelPerceptronResult",
-    "NPSVOR",
-    "NPSVORConfig",
-    "NPSVORResult",
-    "OrdinalProbit",
-    "PRank",
-    "PerceptronConfig",
-    "PerceptronResult",
-    "ProbitConfig",
-    "ProbitPrediction",
-    "ProbitResult",
-    "RankPairsConfig",
-    "RedSVM",
-    "RedSVMConfig",
-    "RedSVMResult",
-    "SBOR",
-    "RankPairsResult",
-    "Status",
-    "TORConfig",
-    "TORResult",
-    "SwappedPairsSVM",
-    "TransductiveOrdinalRegression",
-    "class_prob_bands",
-    "cv_npsvor",
-    "datasets",
-    "fit_isbor",
-    "fit_kernel_perceptron",
-    "fit_npsvor",
-    "fit_perceptron",
-    "fit_probit",
-    "fit_rankpairs_kernel",
-    "fit_sbor",
-    "fit_rankpairs_linear",
-    "fit_redsvm",
-    "fit_tor",
-    "load_model",
-    "metrics",
-    "predict_isbor",
-    "predict_probit",
-    "predict_r_new",
-    "predict_r_old",
-    "sample_class_probs",
-    "swapped_pairs_rate",
-    "to_inference_data",
-    "calibration",
-    "diagnostics",
-    "__version__",
-]
+_SUBMODULES = ("calibration", "datasets", "diagnostics", "metrics")
+_EXPORTS = {
+    "._isbor": ("ISBORConfig", "ISBORPrediction", "ISBORResult", "fit_isbor", "fit_sbor", "predict_isbor"),
+    "._npsvor": ("NPSVORConfig", "NPSVORResult", "cv_npsvor", "fit_npsvor", "predict_r_new", "predict_r_old"),
+    "._perceptron": ("KernelPerceptronResult", "PerceptronConfig", "PerceptronResult",
+                     "fit_kernel_perceptron", "fit_perceptron"),
+    "._probit": ("ProbitConfig", "ProbitPrediction", "ProbitResult", "class_prob_bands", "fit_probit",
+                 "predict_probit", "sample_class_probs"),
+    "._rankpairs": ("RankPairsConfig", "RankPairsResult", "fit_rankpairs_kernel", "fit_rankpairs_linear",
+                    "swapped_pairs_rate"),
+    "._redsvm": ("RedSVMConfig", "RedSVMResult", "fit_redsvm"),
+    "._status": ("Status",),
+    "._tor": ("TORConfig", "TORResult", "fit_tor"),
+    "._validation": ("ColumnScaleWarning",),
+    ".diagnostics": ("to_inference_data",),
+    ".estimators": ("ISBOR", "NPSVOR", "CuSumRank", "OrdinalProbit", "PRank", "RedSVM", "SBOR",
+                    "SwappedPairsSVM", "TransductiveOrdinalRegression", "load_model"),
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+
+__all__ = sorted(_MODULE_OF) + list(_SUBMODULES) + ["__version__"]
+
+
+def __getattr__(name):
+    if name in _MODULE_OF or name in _SUBMODULES:
+        _compile_cache.enable()
+    if name in _MODULE_OF:
+        value = getattr(importlib.import_module(_MODULE_OF[name], __name__), name)
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f".{name}", __name__)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
+
+
+if TYPE_CHECKING:
+    from . import calibration, datasets, diagnostics, metrics
+    from ._isbor import ISBORConfig, ISBORPrediction, ISBORResult, fit_isbor, fit_sbor, predict_isbor
+    from ._npsvor import NPSVORConfig, NPSVORResult, cv_npsvor, fit_npsvor, predict_r_new, predict_r_old
+    from ._perceptron import (
+        KernelPerceptronResult,
+        PerceptronConfig,
+        PerceptronResult,
+        fit_kernel_perceptron,
+        fit_perceptron,
+    )
+    from ._probit import (
+        ProbitConfig,
+        ProbitPrediction,
+        ProbitResult,
+        class_prob_bands,
+        fit_probit,
+        predict_probit,
+        sample_class_probs,
+    )
+    from ._rankpairs import (
+        RankPairsConfig,
+        RankPairsResult,
+        fit_rankpairs_kernel,
+        fit_rankpairs_linear,
+        swapped_pairs_rate,
+    )
+    from ._redsvm import RedSVMConfig, RedSVMResult, fit_redsvm
+    from ._status import Status
+    from ._tor import TORConfig, TORResult, fit_tor
+    from ._validation import ColumnScaleWarning
+    from .diagnostics import to_inference_data
+    from .estimators import (
+        ISBOR,
+        NPSVOR,
+        CuSumRank,
+        OrdinalProbit,
+        PRank,
+        RedSVM,
+        SBOR,
+        SwappedPairsSVM,
+        TransductiveOrdinalRegression,
+        load_model,
+    )

@@ -28,12 +28,10 @@ progress on stderr (which model is being fitted, and the solver's own progress l
 estimators with a ``verbose`` parameter); ``--quiet`` (alias ``--no-progress``) turns it off.
 Tables and results go to stdout either way.
 
-Compiled programs are kept on disk between runs (JAX's persistent compilation cache), so a
-second ``bayesord fit`` of the same shapes skips most of the compilation: in
-``$BAYESORD_COMPILE_CACHE`` when set (``off`` disables it), else in
-``$XDG_CACHE_HOME/bayesord/jax`` (``~/.cache/bayesord/jax``).  A cache directory that JAX
-is already given (``JAX_COMPILATION_CACHE_DIR``) is left as it is.  The library itself
-never turns the cache on.
+Compiled programs are kept on disk between runs (JAX's persistent compilation cache, the
+same folder the library uses, see :mod:`bayesord._compile_cache`), so a second ``bayesord
+fit`` of the same shapes skips most of the compilation.  ``--help`` and argument errors
+are answered before JAX is imported.
 """
 
 from __future__ import annotations
@@ -49,21 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import _progress
-
 __all__ = ["main"]
-
-
-def compile_cache_dir(environ=None):
-    """Where the command keeps compiled programs: a path, or None when the cache is off."""
-    environ = os.environ if environ is None else environ
-    chosen = environ.get("BAYESORD_COMPILE_CACHE", "").strip()
-    if chosen.lower() == "off":
-        return None
-    if chosen:
-        return Path(chosen).expanduser()
-    base = environ.get("XDG_CACHE_HOME", "").strip() or Path("~/.cache").expanduser()
-    return Path(base) / "bayesord" / "jax"
 
 
 def _configure_jax():
@@ -72,25 +56,16 @@ def _configure_jax():
     os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
     import jax
 
+    from . import _compile_cache
+
     jax.config.update("jax_enable_x64", True)
-    cache = compile_cache_dir()
-    if cache is None or jax.config.jax_compilation_cache_dir is not None:
-        return
-    try:
-        # Private to the user: JAX treats the cache's contents as trusted code.
-        cache.mkdir(mode=0o700, parents=True, exist_ok=True)
-    except OSError as err:
-        print(f"bayesord: compiling without the on-disk cache ({err}); set BAYESORD_COMPILE_CACHE "
-              "to a writable folder, or to 'off'", file=sys.stderr)
-        return
-    jax.config.update("jax_compilation_cache_dir", str(cache))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    _compile_cache.enable()
 
 
 def _demo(args) -> int:
     import pandas as pd
 
-    from . import metrics
+    from . import _progress, metrics
     from .datasets import make_ordinal_probit, stratified_split
 
     n_classes = 5
@@ -409,6 +384,8 @@ def _fit_reporting(model, frame, y, classes, unlabeled, args):
     convergence failure with the sub-problems that failed and what to try)."""
     from sklearn.exceptions import ConvergenceWarning
 
+    from . import _progress
+
     name = type(model).__name__
     if args.progress:
         _progress.show(f"fit: {name} on {frame.shape[0]} rows x {frame.shape[1]} features ...")
@@ -452,6 +429,8 @@ def _convergence_advice(model, messages, standardized):
 
 
 def _warning_line(command, message):
+    from . import _progress
+
     _progress.finish()
     text = " ".join(str(message).split())
     print(f"bayesord {command}: warning: {text}", file=sys.stderr)
@@ -632,10 +611,12 @@ def main(argv=None) -> int:
         0, or 2 after one line ``bayesord <command>: error: ...`` on stderr for bad input,
         a damaged model file or an output that cannot or may not be written.
     """
-    args = _parser().parse_args(argv)
-    _configure_jax()
+    args = _parser().parse_args(argv)  # --help and argument errors exit here, before JAX loads
     with warnings.catch_warnings():
         warnings.showwarning = lambda message, *_, **__: _warning_line(args.command, message)
+        _configure_jax()
+        from . import _progress
+
         try:
             return args.func(args)
         except (ValueError, TypeError, OSError) as err:

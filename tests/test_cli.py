@@ -11,7 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bayesord.cli import compile_cache_dir, main
+from bayesord._compile_cache import cache_dir
+from bayesord.cli import main
 from bayesord.datasets import make_ordinal_probit
 
 
@@ -132,10 +133,43 @@ def test_predict_reads_a_model_saved_in_python(tmp_path, capsys):
 
 def test_compile_cache_location():
     home_cache = Path("~/.cache").expanduser() / "bayesord" / "jax"
-    assert compile_cache_dir({}) == home_cache
-    assert compile_cache_dir({"XDG_CACHE_HOME": "/x"}) == Path("/x/bayesord/jax")
-    assert compile_cache_dir({"BAYESORD_COMPILE_CACHE": "/y/c", "XDG_CACHE_HOME": "/x"}) == Path("/y/c")
-    assert compile_cache_dir({"BAYESORD_COMPILE_CACHE": "OFF"}) is None
+    assert cache_dir({}) == home_cache
+    assert cache_dir({"XDG_CACHE_HOME": "/x"}) == Path("/x/bayesord/jax")
+    assert cache_dir({"BAYESORD_COMPILE_CACHE": "/y/c", "XDG_CACHE_HOME": "/x"}) == Path("/y/c")
+    assert cache_dir({"BAYESORD_COMPILE_CACHE": "OFF"}) is None
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["fit", "--help"], ["fit"], ["fit", "d.csv", "--model", "nope"]])
+def test_help_and_argument_errors_do_not_import_jax(argv):
+    """The command answers these before importing JAX, so they take a fraction of a second."""
+    probe = ("import sys\nfrom bayesord.cli import main\ntry:\n    main(sys.argv[1:])\n"
+             "except SystemExit as done:\n    code = done.code\n"
+             "print('jax imported' if 'jax' in sys.modules else 'no jax', code)")
+    done = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-3:-1] == ["no", "jax"]
+    assert done.stdout.split()[-1] == ("0" if "--help" in argv else "2")
+
+
+def test_the_library_keeps_compiled_programs_between_processes(tmp_path):
+    """``bayesord.OrdinalProbit`` turns the on-disk cache on: a second process reads it."""
+    cache = tmp_path / "cache"
+    env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
+    env["BAYESORD_COMPILE_CACHE"] = str(cache)
+    script = ("import jax, numpy as np, bayesord\njax.config.update('jax_enable_x64', True)\n"
+              "X, y, _ = bayesord.datasets.make_ordinal_probit(60, 2, 3, seed=1)\n"
+              "print(bayesord.OrdinalProbit(thresholds='joint').fit(X, y).coef_.round(12).tolist())")
+    outputs = []
+    for run in range(2):
+        done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr
+        outputs.append(done.stdout)
+        if run == 0:
+            written = {p.name: p.stat().st_mtime_ns for p in cache.iterdir()}
+            assert written
+    assert outputs[0] == outputs[1]
+    assert {p.name: p.stat().st_mtime_ns for p in cache.iterdir()} == written  # read, not rewritten
 
 
 def test_the_command_keeps_compiled_programs_between_runs(tmp_path):

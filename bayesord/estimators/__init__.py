@@ -1,5 +1,9 @@
-"""scikit-learn compatible estimators over the functional core (one module per model family)."""
+"""scikit-learn compatible estimators over the functional core (one module per model family).
 
+Importing this module turns on JAX's persistent compilation cache (:mod:`bayesord._compile_cache`).
+"""
+
+from .. import _compile_cache
 from ._base import read_model_file
 from ._isbor import ISBOR, SBOR
 from ._npsvor import NPSVOR
@@ -20,6 +24,8 @@ __all__ = [
     "TransductiveOrdinalRegression",
     "load_model",
 ]
+
+_compile_cache.enable()
 
 
 def load_model(path):
