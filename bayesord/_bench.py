@@ -88,6 +88,7 @@ def run_benchmarks(names, *, quick: bool, data_dir, out: Path, docs: Path | None
     env = dict(os.environ)
     root = str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.setdefault("BAYESORD_COMPILE_CACHE", "off")  # compile times are measured, not reused
     if data_dir is not None:
         env["BAYESORD_DATASETS"] = str(data_dir)
     print(f"bayesord bench: {len(names)} benchmark(s), {'quick' if quick else 'full'} mode, data "

@@ -6,14 +6,18 @@ from pathlib import Path
 # XLA:CPU's multi-threaded Eigen kernels can deadlock batched (vmap-ed) solver loops with
 # jax 0.10 on small machines; single-threaded Eigen avoids it at little cost on 2 cores.
 os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
-# The command's on-disk compilation cache would, once `main` runs in this process, serve
-# every later test as well; tests/test_cli.py checks it in a subprocess instead.
-os.environ["BAYESORD_COMPILE_CACHE"] = "off"
+# Tests compile from scratch unless BAYESORD_COMPILE_CACHE names a folder: .ci/run gives
+# its suites (and their pytest-xdist workers) one new folder, so a program compiled once is
+# loaded everywhere else.  A user's own cache is never touched.
+os.environ.setdefault("BAYESORD_COMPILE_CACHE", "off")
 
 import jax  # noqa: E402
 import pytest
 
+from bayesord import _compile_cache  # noqa: E402
+
 jax.config.update("jax_enable_x64", True)
+_compile_cache.enable()
 
 DATASETS = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
 
