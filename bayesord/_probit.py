@@ -59,6 +59,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from ._columns import center_and_scale
@@ -71,6 +72,7 @@ from ._laplace import (
 )
 from ._likelihood import LINKS, log_class_probs, log_cumulative_probs, ordinal_terms, predictive_scale
 from ._linalg import chol_inverse, chol_logdet, chol_solve, safe_cholesky
+from ._shapes import bucket_rows, pad_rows
 from ._status import Status
 from ._thresholds import (
     initial_thresholds,
@@ -480,6 +482,7 @@ def predict_probit(result: ProbitResult, X, *, link: str = "probit") -> ProbitPr
                             cum_proba=cum)
 
 
+@jax.jit
 def thresholds_at_zero(result: ProbitResult):
     """The thresholds of the uncentred latent ``x^T w`` and their joint covariance with w.
 
@@ -545,11 +548,21 @@ def class_prob_bands(result: ProbitResult, X, key, *, level: float = 0.95, n_dra
     """
     if not 0.0 < level < 1.0:
         raise ValueError(f"level must be in (0, 1), got {level}")
-    X = jnp.asarray(X, result.coef.dtype)
+    X = np.asarray(X, result.coef.dtype)
     q = jnp.asarray([(1 - level) / 2, (1 + level) / 2], X.dtype)
     outs = []
     for start in range(0, X.shape[0], block):
-        draws = sample_class_probs(result, X[start:start + block], key, n_draws=n_draws, link=link)
-        lo_hi = jnp.quantile(draws, q, axis=0)
-        outs.append((lo_hi[0], lo_hi[1], jnp.std(draws, axis=0)))
+        rows = X[start:start + block]
+        # Rows padded to a bucket size, so blocks of nearby sizes share one compiled program.
+        (padded,) = pad_rows(bucket_rows(rows.shape[0]), rows)
+        lo, hi, sd = _band_block(result, padded, key, q, n_draws=n_draws, link=link)
+        outs.append((lo[:rows.shape[0]], hi[:rows.shape[0]], sd[:rows.shape[0]]))
     return tuple(jnp.concatenate([o[i] for o in outs]) for i in range(3))
+
+
+@partial(jax.jit, static_argnames=("link", "n_draws"))
+def _band_block(result, X, key, q, *, n_draws, link):
+    """Quantiles ``q`` and sd of the class probabilities over posterior draws, one block."""
+    draws = sample_class_probs(result, X, key, n_draws=n_draws, link=link)
+    lo_hi = jnp.quantile(draws, q, axis=0)
+    return lo_hi[0], lo_hi[1], jnp.std(draws, axis=0)

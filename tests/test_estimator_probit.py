@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 from sklearn.exceptions import ConvergenceWarning
 
 from bayesord import OrdinalProbit
+from bayesord._probit import fit_probit, predict_probit
+from bayesord._shapes import MIN_ROWS, bucket_rows
 from bayesord.datasets import make_ordinal_probit
 
 X0, Y0, _ = make_ordinal_probit(120, 3, 3, seed=11, w=np.array([1.5, -1.0, 0.5]))
@@ -171,3 +173,35 @@ def test_property_random_shapes_give_valid_probabilities(n, d, k, seed, scale):
     assert np.all(np.isfinite(p)) and np.all(p >= 0)
     np.testing.assert_allclose(p.sum(axis=1), 1.0, atol=1e-10)
     assert np.all(np.diff(model.thresholds_) > 0)
+
+
+@given(st.integers(1, 10**7))
+def test_row_buckets_are_few_and_pad_at_most_an_eighth(n):
+    size = bucket_rows(n)
+    assert size >= max(n, MIN_ROWS)
+    if n > MIN_ROWS:
+        assert size <= 1.125 * n
+        base = 1 << (size.bit_length() - 1)
+        assert (size - base) % (base // 8) == 0  # one of eight sizes per doubling
+    assert bucket_rows(size) == size
+
+
+@pytest.mark.parametrize("mode", ["evidence", "joint"])
+def test_nearby_row_counts_share_one_program_and_padding_changes_nothing(mode):
+    """Fits on 1,000 and 1,010 rows (both padded to 1,024) compile once, and each equals the
+    functional fit on its unpadded rows."""
+    X, y, _ = make_ordinal_probit(1010, 3, 4, seed=3, w=np.array([1.0, -0.5, 0.25]))
+    X = X * [1.0, 100.0, 0.01] + [5.0, -300.0, 2.0]
+    models, sizes = {}, []
+    for n in (1000, 1010):
+        models[n] = OrdinalProbit(thresholds=mode).fit(X[:n], y[:n])
+        sizes.append(fit_probit._cache_size())
+    assert sizes[1] == sizes[0]
+    for n, model in models.items():
+        ref = fit_probit(X[:n], y[:n] - 1, np.ones(n), 1.0, model._tol(np.float64),
+                         config=model._config(), n_classes=4)
+        np.testing.assert_allclose(model.coef_, ref.coef, rtol=1e-7, atol=1e-10)
+        np.testing.assert_allclose(model.latent_thresholds_, ref.thresholds, rtol=1e-7, atol=1e-9)
+        np.testing.assert_allclose(model.coef_cov_, ref.coef_cov, rtol=1e-6)
+        direct = np.asarray(predict_probit(ref, X[:7]).proba)
+        np.testing.assert_allclose(model.predict_proba(X[:7]), direct, atol=1e-8)

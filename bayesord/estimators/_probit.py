@@ -13,6 +13,7 @@ from .._probit import (
     predict_probit,
     thresholds_at_zero,
 )
+from .._shapes import bucket_rows, pad_rows
 from .._status import check_status, warn_user
 from .._validation import dependent_columns, float_dtype
 from ._base import OrdinalEstimator, SavableMixin, fresh_fit, posterior_table, threshold_names
@@ -151,8 +152,10 @@ class OrdinalProbit(SavableMixin, OrdinalEstimator):
                           "identified: the fit reports one of many equally good solutions, and "
                           "their sds along it mean nothing (predictions are unaffected). Drop one "
                           "column of each group, or give alpha > 0")
-        res = fit_probit(X.astype(dtype), codes, sw.astype(dtype), alpha.astype(dtype), tol,
-                         config=config, n_classes=len(self.classes_))
+        # Rows of weight zero up to a bucket size: fits of nearby sizes share one program.
+        X, codes, sw = pad_rows(bucket_rows(X.shape[0]), X.astype(dtype), codes, sw.astype(dtype))
+        res = fit_probit(X, codes, sw, alpha.astype(dtype), tol, config=config,
+                         n_classes=len(self.classes_))
         check_status(res.status, "OrdinalProbit.fit")
         self._set_result(jax.tree_util.tree_map(np.asarray, res))
         self.log_evidence_ = float(res.log_evidence)
@@ -176,7 +179,9 @@ class OrdinalProbit(SavableMixin, OrdinalEstimator):
     def _predict_all(self, X):
         X = self._validate_predict(X)
         res = jax.tree_util.tree_map(lambda a: np.asarray(a, float_dtype()), self.result_)
-        return predict_probit(res, X.astype(float_dtype()), link=self.link)
+        n = X.shape[0]
+        (X,) = pad_rows(bucket_rows(n), X.astype(float_dtype()))
+        return jax.tree_util.tree_map(lambda a: a[:n], predict_probit(res, X, link=self.link))
 
     def predict_proba(self, X):
         """Class probabilities, shape (n, K), columns in ``classes_`` order, rows summing to 1.
