@@ -16,6 +16,7 @@ from bayesord.cli import main
 from bayesord.datasets import make_ordinal_probit
 
 
+@pytest.mark.slow
 def test_demo_prints_table_and_writes_plot(tmp_path, capsys):
     out = tmp_path / "demo.png"
     assert main(["demo", "--n-train", "300", "--n-test", "150", "--out", str(out)]) == 0
@@ -45,6 +46,7 @@ def test_bad_target_is_reported_not_raised(tmp_path, capsys):
     assert "grade" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_isbor_fit_then_predict_with_uncertainty(tmp_path, capsys):
     from bayesord import ISBOR, load_model
 
@@ -172,6 +174,7 @@ def test_the_library_keeps_compiled_programs_between_processes(tmp_path):
     assert {p.name: p.stat().st_mtime_ns for p in cache.iterdir()} == written  # read, not rewritten
 
 
+@pytest.mark.slow
 def test_the_command_keeps_compiled_programs_between_runs(tmp_path):
     """A fit in a fresh process writes the cache; a second one reads it (same output)."""
     X, y, _ = make_ordinal_probit(80, 2, 3, seed=6)

@@ -39,7 +39,8 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("est, bad", CASES, ids=[type(e).__name__ for e, _ in CASES])
+@pytest.mark.parametrize("est, bad", [pytest.param(e, b, marks=pytest.mark.slow) if type(e) is SBOR else (e, b)
+                                      for e, b in CASES], ids=[type(e).__name__ for e, _ in CASES])
 def test_a_failed_refit_leaves_the_estimator_unfitted(est, bad):
     """Before, a refit that failed kept the old fit, for some estimators beside the new
     refit's ``classes_``, so ``predict`` went on answering with the old model."""
@@ -229,7 +230,9 @@ def _rewrite(path, arrays=None, **meta_changes):
     np.savez(path, meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **entries)
 
 
-@pytest.mark.parametrize("est", [clone(e) for e, _ in CASES], ids=[type(e).__name__ for e, _ in CASES])
+# SBOR shares ISBOR's code paths here and its fit is long, so its cases run with `slow`.
+@pytest.mark.parametrize("est", [pytest.param(clone(e), marks=pytest.mark.slow) if type(e) is SBOR else clone(e)
+                                 for e, _ in CASES], ids=[type(e).__name__ for e, _ in CASES])
 def test_a_model_file_whose_metadata_disagrees_with_its_arrays_is_refused(tmp_path, est):
     """Before, n_features_in edited from 2 to 5 loaded, and predict failed inside JAX."""
     path = _saved(tmp_path, est)

@@ -331,6 +331,7 @@ def test_sbor_compacted_state_is_the_dense_fit_on_its_survivors(sbor_fitted, dat
                                rtol=1e-9)
 
 
+@pytest.mark.slow
 def test_sbor_on_labels_without_signal_ends_at_the_class_frequencies():
     """Labels independent of X at small widths: every basis function is irrelevant.  SBOR
     keeps one, its alpha capped at alpha_max and its weight near 0, and predicts the training

@@ -163,6 +163,7 @@ def test_theta_auto_by_cv_equals_separate_fold_fits(data, scoring):
         np.testing.assert_allclose(score, -loss.mean(), rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_theta_auto_by_cv_accepts_splitters_and_index_splits(data):
     """cv as a scikit-learn splitter or as (train, test) index pairs: the same partition
     scores as the integer rule; splits that overlap, or leave rows out of both parts, are

@@ -203,7 +203,7 @@ def test_csr_duplicates_and_unsorted_indices_are_summed(data):
     np.testing.assert_allclose(b.coef, a.coef, atol=1e-10)
 
 
-@pytest.mark.parametrize("solver", ["dcd2", "block"])
+@pytest.mark.parametrize("solver", ["dcd2", pytest.param("block", marks=pytest.mark.slow)])
 def test_chunks_and_unrolling_only_regroup_the_same_steps(data, solver):
     """Gathering a chunk of coordinates at once and unrolling must not change the solve."""
     X, y = data

@@ -140,7 +140,7 @@ def test_evidence_gradient_by_implicit_differentiation_matches_finite_difference
     np.testing.assert_allclose(g_b, fd_b, rtol=2e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("prior", ["gaussian", "ard"])
+@pytest.mark.parametrize("prior", ["gaussian", pytest.param("ard", marks=pytest.mark.slow)])
 def test_evidence_mode_is_a_stationary_point_of_the_evidence(data, prior):
     X, y, _ = data
     res = _fit(X, y, thresholds="evidence", prior=prior)
@@ -183,6 +183,7 @@ def test_sample_weight_two_equals_duplicated_rows(data):
         np.testing.assert_allclose(a.log_evidence, b.log_evidence, rtol=1e-12)
 
 
+@pytest.mark.slow
 def test_vmap_over_alpha_equals_python_loop(data):
     X, y, _ = data
     alphas = jnp.array([0.1, 1.0, 10.0])
@@ -219,6 +220,7 @@ def test_jit_equals_no_jit_and_no_recompile(data):
     assert fit_probit._cache_size() == before
 
 
+@pytest.mark.slow
 def test_monotone_relabelling_gives_the_same_fit():
     from bayesord import OrdinalProbit
 
@@ -230,7 +232,7 @@ def test_monotone_relabelling_gives_the_same_fit():
     np.testing.assert_array_equal(b.predict(X), np.array([10, 25, 90])[a.predict(X) - 1])
 
 
-@pytest.mark.parametrize("mode", ["evidence", "joint"])
+@pytest.mark.parametrize("mode", [pytest.param("evidence", marks=pytest.mark.slow), "joint"])
 def test_predictive_probabilities_integrate_the_joint_posterior(data, mode):
     """P(y=k|x) equals the Monte Carlo average over draws of (w, b) from the joint Gaussian,
     on columns with large offsets (where w and the thresholds at x = 0 are correlated)."""
@@ -263,6 +265,7 @@ def test_float32_fit_runs_and_agrees_roughly(data):
     np.testing.assert_allclose(r32.coef, r64.coef, rtol=1e-3)
 
 
+@pytest.mark.slow
 def test_recovers_true_parameters_on_large_data():
     X, y, truth = make_ordinal_probit(20_000, 3, 4, seed=1)
     res = _fit(X, (y - 1).astype(np.int32), thresholds="evidence")
@@ -279,6 +282,7 @@ def _reference_joint(X, y, alpha):
     return newton_map_joint(X, y, np.ones(n), b0, 1.0, a, w0, 1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("drop_class_from_pilot", [False, True])
 def test_pilot_start_on_large_n_reaches_the_same_joint_map(drop_class_from_pilot):
     # From _PILOT_MIN_ROWS rows on, Newton starts at the MAP of a strided subsample; the

@@ -76,6 +76,7 @@ def run_isbor(progress, theta=1.0, solver=fit_isbor):
 # ----------------------------------------------------------------- ISBOR / SBOR
 
 
+@pytest.mark.slow
 def test_isbor_progress_lines_follow_the_evidence_trace(capsys):
     quiet = run_isbor(False)
     assert lines(capsys) == []
@@ -208,6 +209,7 @@ def test_npsvor_cv_per_value_loop_labels_each_value(capsys):
 # ----------------------------------------------------------------- estimators
 
 
+@pytest.mark.slow
 def test_isbor_estimator_verbose(capsys):
     X, y = isbor_data()
     X, y = np.asarray(X), np.asarray(y)
@@ -242,6 +244,7 @@ def test_isbor_cv_selection_labels_each_width(capsys):
     assert cv.theta_ in (0.5, 2.0)
 
 
+@pytest.mark.slow
 def test_tor_and_npsvor_estimators_verbose(capsys):
     X, y, unl = tor_data()
     kw = dict(C=1.0, c2_init=1e-3, random_state=0)

@@ -131,6 +131,7 @@ def test_dataframe_feature_names():
         model.predict(df[["b", "a", "c"]])
 
 
+@pytest.mark.slow
 def test_real_data_machine_cpu(datasets_dir):
     """Gaussian kernel on machine_cpu (paper split 150/59): test swapped pairs near the paper's 13.96 %."""
     data = pd.read_csv(datasets_dir / "machine_cpu.csv.gz")

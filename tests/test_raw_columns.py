@@ -45,7 +45,7 @@ def _check_invariant(make, shift_scale, atol):
             np.testing.assert_allclose(a, b, atol=atol)
 
 
-@pytest.mark.parametrize("link", ["probit", "logit"])
+@pytest.mark.parametrize("link", ["probit", pytest.param("logit", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("mode", ["evidence", "joint"])
 @PROPERTY
 @given(shift_scale=affine)
@@ -55,6 +55,7 @@ def test_probit_outputs_do_not_depend_on_column_offsets_or_scales(mode, link, sh
                      shift_scale, atol=1e-6)
 
 
+@pytest.mark.slow
 @PROPERTY
 @given(shift_scale=affine)
 def test_isbor_linear_basis_does_not_depend_on_column_offsets_or_scales(shift_scale):
@@ -126,6 +127,7 @@ def test_logit_predictive_scale_matches_quadrature(m, v):
     assert probit == pytest.approx(np.trapezoid(norm.cdf(f) * norm.pdf(f, m, np.sqrt(v)), f), abs=1e-8)
 
 
+@pytest.mark.slow
 def test_isbor_logit_predictive_uses_the_logit_scale():
     model = ISBOR(link="logit", kernel="linear", theta=1.0, random_state=0).fit(X0, Y0)
     res = model.result_
