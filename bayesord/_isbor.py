@@ -218,7 +218,11 @@ class ISBORPrediction(NamedTuple):
     latent_mean: jax.Array
     """Posterior mean of f(x) = phi(x)^T w*, (n,)."""
     latent_var: jax.Array
-    """Posterior variance phi(x)^T Sigma phi(x), (n,)."""
+    """Marginal posterior variance of f(x) under the joint posterior of weights and
+    thresholds, (n,)."""
+    weight_var: jax.Array
+    """Variance of f(x) over the weights' posterior alone, phi(x)^T Sigma phi(x), (n,)
+    (the spread behind ``proba_std``)."""
 
 
 # ---------------------------------------------------------------------------------------
@@ -871,4 +875,4 @@ def predict_isbor(result: ISBORResult, X, *, kernel="rbf", degree=2, link="probi
     std = jnp.sqrt(jnp.maximum(second - first * first, 0.0))
     labels = jnp.sum(mean[:, None] > result.b[None, :], axis=1).astype(jnp.int32)
     return ISBORPrediction(labels=labels, proba=proba, log_proba=log_p, proba_std=std,
-                           latent_mean=mean, latent_var=var)
+                           latent_mean=mean, latent_var=var, weight_var=weight_var)

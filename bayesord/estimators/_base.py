@@ -331,8 +331,10 @@ class SnapshotSavableMixin(SavableMixin):
             setattr(self, name, _decode_state(value, arrays, types))
 
 
-# Written by _write_model_file itself.
-_FILE_ATTRIBUTES = ("classes_", "n_features_in_", "feature_names_in_", "input_center_", "input_scale_")
+# Written by _write_model_file itself (the last two through the estimator's
+# ``_uncertainty_state``: see bayesord.estimators._uncertainty).
+_FILE_ATTRIBUTES = ("classes_", "n_features_in_", "feature_names_in_", "input_center_", "input_scale_",
+                    "conformal_", "proba_layer_")
 
 
 def _encode_state(value, key, arrays, types):
@@ -403,6 +405,9 @@ def _write_model_file(est, path, arrays, meta):
                 input_standardized=standardized)
     if standardized:
         arrays = dict(arrays, input_center=est.input_center_, input_scale=est.input_scale_)
+    extra_arrays, extra_meta = est._uncertainty_state()
+    arrays = dict(arrays, **extra_arrays)
+    meta["uncertainty"] = extra_meta
     with open(path, "wb") as fh:
         np.savez(fh, meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8),
                  **{k: np.asarray(v) for k, v in arrays.items()})
@@ -482,6 +487,7 @@ def _restore_model(cls, arrays, meta, path):
         model.feature_names_in_ = names
     model._restore(arrays, meta)
     model._check_restored()
+    model._restore_uncertainty(arrays, meta.get("uncertainty", {}))
     if meta.get("input_standardized", False):
         set_input_transform(model, arrays["input_center"], arrays["input_scale"])
     return model

@@ -10,12 +10,14 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpy as np
+from scipy.stats import norm
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
 from .. import metrics
 from .._basis import KERNELS, kmeanspp_indices
 from .._columns import center_and_scale
+from .._likelihood import log_class_probs
 from .._isbor import (
     Action,
     ISBORConfig,
@@ -28,6 +30,7 @@ from .._isbor import (
 from .._progress import check_verbose, prefix
 from .._status import check_status, warn_user
 from ._base import OrdinalEstimator, SavableMixin, fresh_fit, posterior_table, threshold_names
+from ._uncertainty import UncertaintyMixin
 
 __all__ = ["ISBOR", "SBOR"]
 
@@ -77,7 +80,7 @@ def _fold_predictions(theta, fold_weights, X, y, cand, key, min_delta, *, solver
     return jax.lax.map(one, fold_weights)
 
 
-class _SparseBayesOrdinal(SavableMixin, OrdinalEstimator):
+class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
     """Shared fit/predict plumbing; subclasses choose the solver."""
 
     _scale_sensitive = False  # the fit standardises the columns itself
@@ -367,6 +370,35 @@ class _SparseBayesOrdinal(SavableMixin, OrdinalEstimator):
     def predict_proba_std(self, X):
         """Posterior standard deviation of each class probability, (n, K)."""
         return np.asarray(self._predict_raw(X).proba_std)
+
+    def predict_proba_interval(self, X, level=0.95, n_nodes=200):
+        """Central band of each class probability ``P(y = k | f(x))`` over the weights' posterior.
+
+        ``f(x) ~ N(m, v)`` with v the weights' part of the latent variance (the thresholds
+        and noise at their type-II estimates, as in ``predict_proba_std``); the band is read
+        off ``n_nodes`` equally likely values of f (the normal quantiles at
+        ``(i + 1/2)/n_nodes``), so it is deterministic.
+
+        Returns:
+            (lower, upper, sd), each (n, K), with 0 <= lower <= upper <= 1; ``sd`` is
+            ``predict_proba_std``.
+
+        Raises:
+            ValueError: ``level`` outside (0, 1) or ``n_nodes`` < 2.
+        """
+        if not 0 < level < 1:
+            raise ValueError(f"level must lie strictly between 0 and 1, got {level!r}")
+        if isinstance(n_nodes, bool) or not isinstance(n_nodes, (int, np.integer)) or n_nodes < 2:
+            raise ValueError(f"n_nodes must be an integer >= 2, got {n_nodes!r}")
+        p = self._predict_raw(X)
+        res = self.result_
+        z = norm.ppf((np.arange(n_nodes) + 0.5) / n_nodes)
+        f = np.asarray(p.latent_mean)[:, None] + np.sqrt(np.asarray(p.weight_var))[:, None] * z[None, :]
+        log_p = log_class_probs(jnp.asarray(f.reshape(-1)), jnp.full(f.size, res.sigma, f.dtype),
+                                jnp.asarray(res.b, f.dtype), self._config_.link)
+        draws = np.exp(np.asarray(log_p)).reshape(f.shape + (len(self.classes_),))
+        lower, upper = np.quantile(draws, [(1 - level) / 2, (1 + level) / 2], axis=1)
+        return (np.clip(lower, 0.0, 1.0), np.clip(upper, 0.0, 1.0), np.asarray(p.proba_std))
 
     def predict_latent(self, X):
         """Posterior mean and variance of the latent score f(x): two arrays of shape (n,)."""

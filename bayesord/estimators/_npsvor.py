@@ -23,6 +23,7 @@ from .._sparse import to_padded_rows
 from .._status import check_status
 from .._validation import float_dtype
 from ._base import OrdinalEstimator, SnapshotSavableMixin, fresh_fit
+from ._proba_layer import ProbaLayerMixin
 
 __all__ = ["NPSVOR"]
 
@@ -35,7 +36,7 @@ def _positive(name, value):
     return float(value)
 
 
-class NPSVOR(SnapshotSavableMixin, OrdinalEstimator):
+class NPSVOR(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
     """Linear nonparallel support vector ordinal regression (Shi, Wang, Shen, Niu).
 
     One hyperplane per rank k: close to the rows of rank k (epsilon-insensitive loss,

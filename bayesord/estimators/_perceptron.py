@@ -20,11 +20,12 @@ from .._sparse import as_rows
 from .._status import check_status
 from .._validation import check_sample_weight, float_dtype
 from ._base import OrdinalEstimator, SnapshotSavableMixin, fresh_fit, same_order
+from ._proba_layer import ProbaLayerMixin
 
 __all__ = ["CuSumRank", "PRank"]
 
 
-class _StructuredPerceptron(SnapshotSavableMixin, OrdinalEstimator):
+class _StructuredPerceptron(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
     """Shared fit / partial_fit / predict plumbing; subclasses fix the model variant."""
 
     _accept_sparse = True

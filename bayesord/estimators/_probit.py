@@ -17,11 +17,12 @@ from .._shapes import bucket_rows, pad_rows
 from .._status import check_status, warn_user
 from .._validation import dependent_columns, float_dtype
 from ._base import OrdinalEstimator, SavableMixin, fresh_fit, posterior_table, threshold_names
+from ._uncertainty import UncertaintyMixin
 
 __all__ = ["OrdinalProbit"]
 
 
-class OrdinalProbit(SavableMixin, OrdinalEstimator):
+class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
     """Bayesian linear ordinal regression with a Laplace posterior.
 
     Latent ``f = x^T w``, ``P(y = k) = F((b_{k+1} - f)/sigma) - F((b_k - f)/sigma)``, prior
@@ -76,6 +77,7 @@ class OrdinalProbit(SavableMixin, OrdinalEstimator):
 
     _format = "bayesord.OrdinalProbit/2"
     _scale_sensitive = False  # the fit standardises the columns itself
+    _zero_weight_drops_row = True  # weighted sums throughout, the column moments included
 
     def __init__(self, thresholds="evidence", alpha=1.0, prior="gaussian", link="probit",
                  tol=None, max_iter=200, max_newton=100, classes=None, n_draws=200,

@@ -24,11 +24,12 @@ from .._rankpairs import (
 from .._status import check_status
 from .._validation import check_sample_weight, float_dtype
 from ._base import OrdinalEstimator, SnapshotSavableMixin, fresh_fit
+from ._proba_layer import ProbaLayerMixin
 
 __all__ = ["SwappedPairsSVM"]
 
 
-class SwappedPairsSVM(SnapshotSavableMixin, OrdinalEstimator):
+class SwappedPairsSVM(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
     """Ranking SVM that minimises the share of swapped pairs (SVM-multi with Δ_SP).
 
     Learns a score f(x) whose order agrees with the order of the labels, by the 1-slack

@@ -31,6 +31,7 @@ from .._status import check_status, warn_user
 from .._tor import TORConfig, fit_tor
 from .._validation import check_sample_weight, check_X, float_dtype
 from ._base import OrdinalEstimator, SnapshotSavableMixin, fresh_fit
+from ._proba_layer import ProbaLayerMixin
 
 __all__ = ["RedSVM", "TransductiveOrdinalRegression"]
 
@@ -40,7 +41,7 @@ def _check_positive(value, name):
         raise ValueError(f"{name} must be a positive finite number, got {value!r}")
 
 
-class _RedSVMBase(SnapshotSavableMixin, OrdinalEstimator):
+class _RedSVMBase(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
     _accept_sparse = True
     _offset_sensitive = True
     _state_types = (KernelMap,)

@@ -1,0 +1,199 @@
+"""Contiguous ordinal prediction sets: conformity scores, conformal quantiles, credible windows.
+
+Host-side NumPy (the work is O(n K) per call).  Every set here is an interval of classes
+``[lower, upper]`` (class codes 0..K-1) that contains an *anchor*, the class the model
+predicts for the row, so a set never skips a class and never leaves out the point
+prediction.
+
+Conformal sets (split conformal, Vovk et al. 2005; Angelopoulos & Bates 2023, Sec. 1):
+a conformity score ``s(x, y)`` is computed for the calibration rows' true labels; with
+``q`` the ``ceil((n + 1)(1 - alpha))``-th smallest of those n scores, the set
+``{y : s(x, y) <= q}`` covers a new exchangeable row's label with probability between
+``1 - alpha`` and ``1 - alpha + 1/(n + 1)`` (the upper bound when scores have no ties).
+The scores here are built so that this set is an interval around the anchor:
+
+* ``"aps"``, ordinal adaptive prediction sets (Lu et al. 2022, "Improving trustworthiness
+  of AI disease severity rating in medical imaging with ordinal conformal prediction
+  sets", Sec. 2): grow an interval from the anchor, each step adding whichever neighbouring
+  class has the larger probability; ``s(x, y)`` is the probability mass of the interval
+  just before ``y`` joins it (0 for the anchor).  The set ``s <= q`` is the interval grown
+  until its mass exceeds ``q``; the sets are nested in ``q`` and always hold the anchor.
+  Scoring the mass *before* ``y`` (not after) is what lets every set hold the anchor
+  without breaking the upper bound: only the anchor's score is tied (at 0), and a tie
+  below the quantile does not matter.
+* ``"cdf"``, the two-sided cumulative score ``s(x, y) = max(F(y - 1), 1 - F(y))`` with
+  ``F`` the predicted cumulative distribution (``F(-1) = 0``): ``s <= q`` keeps the classes
+  between the ``1 - q`` and ``q`` quantiles of the predictive distribution, an interval
+  in the spirit of the cumulative (CDF) scores of Xu, Guo & Wei (2023).  The anchor is added
+  by taking the hull (which only enlarges a set).
+
+Mondrian (class-conditional) sets use one quantile per class, from the calibration rows of
+that class (Vovk et al. 2005, Ch. 4.5): each class is tested against its own quantile and
+the set is the hull of the anchor and the classes that pass, so every class's coverage is at
+least ``1 - alpha``.
+
+Credible windows need no calibration: the shortest interval of classes that contains the
+anchor and holds at least ``1 - alpha`` of the predictive mass (ties: the larger mass).
+Their coverage is the model's own claim, right when the model is.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = [
+    "SCORES",
+    "check_alpha",
+    "conformal_quantile",
+    "conformity_scores",
+    "credible_windows",
+    "sets_from_scores",
+]
+
+SCORES = ("aps", "cdf")
+
+
+def check_alpha(alpha) -> np.ndarray:
+    """``alpha`` as a 1-D float array with every entry in (0, 1).
+
+    Raises:
+        ValueError: an entry outside (0, 1), not finite, or an empty or >1-D ``alpha``.
+    """
+    arr = np.asarray(alpha, dtype=np.float64)
+    if arr.ndim > 1 or arr.size == 0:
+        raise ValueError(f"alpha must be a number or a 1-D sequence of numbers, got shape {arr.shape}")
+    arr = np.atleast_1d(arr)
+    bad = arr[~((arr > 0) & (arr < 1))]
+    if bad.size:
+        raise ValueError(f"alpha must lie strictly between 0 and 1 (the miscoverage rate), got {bad.tolist()}")
+    return arr
+
+
+def conformal_quantile(scores, alpha) -> np.ndarray:
+    """The split-conformal threshold for each ``alpha``: the ``ceil((n+1)(1-alpha))``-th
+    smallest of the ``n`` calibration scores.
+
+    Args:
+        scores: (n,) conformity scores of the calibration rows' true labels.
+        alpha: miscoverage rate(s), each in (0, 1).
+
+    Returns:
+        (m,) thresholds, one per entry of ``alpha``.
+
+    Raises:
+        ValueError: ``n < 1/alpha - 1`` for some alpha (the rank would exceed n, so no
+            finite threshold guarantees ``1 - alpha``), naming how many rows it needs.
+    """
+    s = np.sort(np.asarray(scores, dtype=np.float64).ravel())
+    alpha = check_alpha(alpha)
+    n = s.size
+    rank = np.ceil((n + 1) * (1 - alpha) - 1e-9).astype(np.int64)
+    if np.any(rank > n):
+        a = float(alpha[rank > n].min())
+        raise ValueError(f"{n} calibration rows are too few for alpha={a:g}: a coverage of "
+                         f"1 - alpha needs at least {math.ceil(1 / a - 1 - 1e-9)} "
+                         "(n_cal >= 1/alpha - 1); calibrate on more rows or raise alpha")
+    return s[rank - 1]
+
+
+def _aps_matrix(proba, anchor):
+    """Ordinal APS scores of every class, (n, K): the mass of the interval grown from
+    ``anchor`` (each step towards the larger neighbouring probability) just before the
+    class joins."""
+    n, K = proba.shape
+    rows = np.arange(n)
+    lo = anchor.copy()
+    hi = anchor.copy()
+    mass = proba[rows, anchor].copy()
+    out = np.empty((n, K))
+    out[rows, anchor] = 0.0
+    for _ in range(K - 1):
+        left = np.where(lo > 0, proba[rows, np.maximum(lo - 1, 0)], -np.inf)
+        right = np.where(hi < K - 1, proba[rows, np.minimum(hi + 1, K - 1)], -np.inf)
+        go_left = left > right
+        new = np.where(go_left, lo - 1, hi + 1)
+        out[rows, new] = mass
+        mass = mass + np.where(go_left, left, right)
+        lo = np.where(go_left, new, lo)
+        hi = np.where(go_left, hi, new)
+    return out
+
+
+def _cdf_matrix(proba):
+    """Two-sided cumulative scores ``max(F(k-1), 1 - F(k))`` of every class, (n, K)."""
+    cum = np.cumsum(proba, axis=1)
+    below = np.concatenate([np.zeros((proba.shape[0], 1)), cum[:, :-1]], axis=1)
+    return np.maximum(below, 1.0 - cum)
+
+
+def conformity_scores(proba, anchor, score="aps") -> np.ndarray:
+    """Conformity scores of every class for every row, (n, K) (smaller = more conforming).
+
+    Args:
+        proba: (n, K) class probabilities, rows summing to 1.
+        anchor: (n,) class codes of the point predictions.
+        score: ``"aps"`` or ``"cdf"`` (see the module docstring).
+    """
+    proba = np.asarray(proba, dtype=np.float64)
+    anchor = np.asarray(anchor, dtype=np.int64)
+    if score == "aps":
+        return _aps_matrix(proba, anchor)
+    if score == "cdf":
+        return _cdf_matrix(proba)
+    raise ValueError(f"score must be one of {SCORES}, got {score!r}")
+
+
+def sets_from_scores(score_matrix, q, anchor):
+    """Interval sets ``hull({anchor} | {k : s(x, k) <= q_k})`` for each threshold.
+
+    Args:
+        score_matrix: (n, K) conformity scores.
+        q: (m,) thresholds, one set per entry, or (m, K) with one threshold per class
+            (Mondrian sets).
+        anchor: (n,) class codes every set contains.
+
+    Returns:
+        (lower, upper): class codes, each (n, m).
+    """
+    s = np.asarray(score_matrix)[:, None, :]
+    q = np.asarray(q, dtype=np.float64)
+    q = q[None, :, None] if q.ndim == 1 else q[None, :, :]
+    keep = s <= q
+    n, m, K = keep.shape
+    keep[np.arange(n)[:, None], np.arange(m)[None, :], np.asarray(anchor)[:, None]] = True
+    lower = np.argmax(keep, axis=2)
+    upper = K - 1 - np.argmax(keep[:, :, ::-1], axis=2)
+    return lower, upper
+
+
+def credible_windows(proba, anchor, alpha):
+    """Shortest class intervals holding ``anchor`` and at least ``1 - alpha`` of the mass.
+
+    Among the shortest such windows the one with the larger mass wins (then the lower one).
+
+    Args:
+        proba: (n, K) class probabilities.
+        anchor: (n,) class codes each window must contain.
+        alpha: miscoverage rate(s), each in (0, 1).
+
+    Returns:
+        (lower, upper): class codes, each (n, m).
+    """
+    proba = np.asarray(proba, dtype=np.float64)
+    anchor = np.asarray(anchor, dtype=np.int64)
+    alpha = check_alpha(alpha)
+    n, K = proba.shape
+    cum = np.concatenate([np.zeros((n, 1)), np.cumsum(proba, axis=1)], axis=1)
+    lo, hi = np.triu_indices(K)                      # every window [lo, hi]
+    mass = cum[:, hi + 1] - cum[:, lo]               # (n, W)
+    holds = (lo[None, :] <= anchor[:, None]) & (anchor[:, None] <= hi[None, :])
+    # Rounding must not push the full window [0, K-1] below 1 - alpha.
+    enough = mass[:, None, :] >= (1 - alpha)[None, :, None] - 1e-12
+    ok = holds[:, None, :] & (enough | ((lo == 0) & (hi == K - 1))[None, None, :])
+    # Order windows by (length, -mass, lower): the first admissible one is the answer.
+    key = (hi - lo)[None, :] * 4.0 - np.clip(mass, 0.0, 1.0)
+    key = np.where(ok, key[:, None, :], np.inf)
+    best = np.argmin(key, axis=2)
+    return lo[best], hi[best]

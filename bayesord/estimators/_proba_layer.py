@@ -1,0 +1,126 @@
+"""Class probabilities for the margin models: a Bayesian ordinal probit on their decision values.
+
+The large-margin models (NPSVOR, RED-SVM and TOR, the swapped-pairs SVM, CuSum Rank and
+PRank) score rows; they have no probabilities.  :meth:`ProbaLayerMixin.calibrate` fits the
+library's own :class:`~bayesord.OrdinalProbit` with the model's decision values as its
+features, on rows the margin model did not train on (held-out rows, or out-of-fold values
+from ``cv`` copies of the model):
+
+    P(y <= k | x) = Phi(b_k - u^T g(x))      g(x) = decision values of x, (p,)
+
+with a weak prior ``u ~ N(0, 10^2)`` on the standardised decision values, the thresholds
+fitted jointly with ``u`` (Newton MAP), and the joint Laplace posterior of ``(u, b)``.
+This is ordinal Platt scaling with a posterior: one cumulative model for all classes, so
+the cumulative probabilities never cross and every row is a distribution (per-threshold
+Platt scaling can cross), and the probit's Laplace posterior gives each probability a
+band.  The conformity scores of the calibration rows come from probit layers that did not
+see those rows either (cross-fitted over the same folds), so the sets keep their coverage.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from sklearn.utils._available_if import available_if
+
+from ._probit import OrdinalProbit
+from ._uncertainty import UncertaintyMixin, fold_indices
+
+__all__ = ["ProbaLayerMixin"]
+
+# Folds of the probability layer's own cross-fitting when the margin model's values come
+# from held-out rows (cv=None).
+_LAYER_FOLDS = 5
+# The layer's prior precision on its (standardised) decision values: weak, a prior sd of 10.
+_LAYER_ALPHA = 0.01
+
+
+def _layer(n_classes, random_state):
+    # The layer has p + K - 1 parameters, fitted on hundreds of rows: tuning its prior by the
+    # evidence would change little and compile the evidence search (about 3x the joint
+    # Newton fit's compile time).
+    return OrdinalProbit(thresholds="joint", alpha=_LAYER_ALPHA, classes=list(range(n_classes)),
+                         random_state=random_state)
+
+
+def _calibrated(est):
+    """``available_if`` check: the margin model has a probability layer, else say how to get one."""
+    if getattr(est, "proba_layer_", None) is None:
+        raise AttributeError(f"{type(est).__name__} has no probabilities of its own until it is "
+                             "calibrated: call calibrate(X_cal, y_cal) on held-out rows (or "
+                             "calibrate(X_train, y_train, cv=5)) to fit its probability layer")
+    return True
+
+
+class ProbaLayerMixin(UncertaintyMixin):
+    """``predict_proba``, ``predict_proba_interval`` and prediction sets for a margin model."""
+
+    def _calibration_values(self, X):
+        """Decision values as a matrix, (n, p) (p = 1 for a single score)."""
+        values = np.asarray(self.decision_function(X), dtype=np.float64)
+        return values.reshape(values.shape[0], -1)
+
+    def _calibration_proba(self, values, codes, cv, random_state):
+        K = len(self.classes_)
+        proba = np.empty((codes.shape[0], K))
+        seed = None if random_state is None else int(random_state)
+        # Each fold's layer is the full problem with the held-out rows at weight zero, which
+        # is exact for the probit (weighted sums throughout), and every fit has one shape,
+        # so the layer compiles once.
+        for train, test in fold_indices(codes, cv or _LAYER_FOLDS, random_state):
+            weights = np.zeros(codes.shape[0])
+            weights[train] = 1.0
+            layer = _layer(K, seed).fit(values, codes, sample_weight=weights)
+            proba[test] = layer.predict_proba(values[test])
+        self.proba_layer_ = _layer(K, seed).fit(values, codes)
+        return proba
+
+    @available_if(_calibrated)
+    def predict_proba(self, X):
+        """Calibrated class probabilities, (n, K), columns in ``classes_`` order.
+
+        From the Bayesian probit layer on the decision values (fitted by :meth:`calibrate`);
+        rows are non-negative and sum to 1, cumulative probabilities never cross.
+
+        Only a calibrated model has this method (``hasattr`` tells).
+        """
+        return self.proba_layer_.predict_proba(self._calibration_values(X))
+
+    @available_if(_calibrated)
+    def predict_proba_interval(self, X, level=0.95):
+        """Central band of each calibrated class probability under the layer's posterior.
+
+        The spread is that of the probability layer (its weights and thresholds); the margin
+        model's own decision values are taken as given.
+
+        Returns:
+            (lower, upper, sd), each (n, K), with 0 <= lower <= upper <= 1.
+
+        Only a calibrated model has this method.
+        """
+        return self.proba_layer_.predict_proba_interval(self._calibration_values(X), level=level)
+
+    # ------------------------------------------------------------ persistence
+    def _uncertainty_state(self):
+        arrays, meta = super()._uncertainty_state()
+        layer = getattr(self, "proba_layer_", None)
+        if layer is None:
+            return arrays, meta
+        layer_arrays, layer_meta = layer._saved_state()
+        arrays = dict(arrays, **{f"proba_layer.{k}": v for k, v in layer_arrays.items()})
+        params = layer.get_params()
+        return arrays, dict(meta, proba_layer={"params": params, "n_features": int(layer.n_features_in_),
+                                               "state": layer_meta})
+
+    def _restore_uncertainty(self, arrays, meta):
+        super()._restore_uncertainty(arrays, meta)
+        if "proba_layer" not in meta:
+            return
+        info = meta["proba_layer"]
+        layer = OrdinalProbit(**info["params"])
+        layer.classes_ = np.arange(len(self.classes_))
+        layer.n_features_in_ = int(info["n_features"])
+        prefix = "proba_layer."
+        layer._restore({k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)},
+                       info["state"])
+        layer._check_restored()
+        self.proba_layer_ = layer

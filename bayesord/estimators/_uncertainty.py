@@ -1,0 +1,242 @@
+"""Prediction sets for every estimator: conformal calibration and credible windows.
+
+:class:`UncertaintyMixin` gives each estimator ``calibrate`` (conformity scores of labelled
+rows the model did not train on) and ``predict_set`` (contiguous class intervals, see
+:mod:`bayesord._conformal`).  It asks the estimator for two things only: class
+probabilities (:meth:`predict_proba`; the margin models get theirs from the probability
+layer of :mod:`bayesord.estimators._proba_layer`) and point predictions (:meth:`predict`).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from sklearn.base import clone
+from sklearn.utils.validation import check_is_fitted
+
+from .._conformal import (
+    SCORES,
+    check_alpha,
+    conformal_quantile,
+    conformity_scores,
+    credible_windows,
+    sets_from_scores,
+)
+from ..datasets import kfold_indices
+
+__all__ = ["ConformalCalibration", "UncertaintyMixin", "check_cv", "fold_indices"]
+
+
+class ConformalCalibration(NamedTuple):
+    """What :meth:`UncertaintyMixin.calibrate` keeps of the calibration rows."""
+
+    scores: np.ndarray
+    """Conformity score of each calibration row's true label, (n_cal,)."""
+    labels: np.ndarray
+    """Class code of each calibration row, (n_cal,) (for Mondrian sets)."""
+    score: str
+    """Which conformity score: ``"aps"`` or ``"cdf"``."""
+    cv: int
+    """0 for split conformal (held-out rows), else the number of cross-fitting folds."""
+
+
+def check_cv(cv):
+    """``cv`` as 0 (split conformal on held-out rows) or a fold count of at least 2."""
+    if cv is None:
+        return 0
+    if isinstance(cv, bool) or not isinstance(cv, (int, np.integer)) or cv < 2:
+        raise ValueError(f"cv must be None (the rows are held out from the fit) or a number of "
+                         f"folds >= 2, got {cv!r}")
+    return int(cv)
+
+
+def fold_indices(codes, cv, random_state):
+    """Stratified folds of the calibration rows; every class needs a row in each training part."""
+    counts = np.bincount(codes)
+    if counts.min() < 2:
+        raise ValueError(f"cross-fitting over {cv} folds needs at least 2 rows of every class; class "
+                         f"position {int(np.argmin(counts))} has {int(counts.min())}")
+    seed = 0 if random_state is None else random_state
+    return kfold_indices(codes, k=min(cv, int(counts.min())), seed=seed)
+
+
+class UncertaintyMixin:
+    """``calibrate``, ``predict_set`` and the calibration's persistence, for every estimator."""
+
+    # Whether a fit with a row at weight zero is the fit without that row, exactly: then the
+    # cross-fitting copies keep every row (at weight zero off their fold), so all of them
+    # have the shape of the calibration rows and compile once.
+    _zero_weight_drops_row = False
+
+    def _predicted_codes(self, X):
+        """Class codes of the point predictions (the anchor of every set)."""
+        return self._encode_y(self.predict(X), np.shape(X)[0])
+
+    def _calibration_values(self, X):
+        """What calibration reads off a fitted model: its class probabilities, (n, K)."""
+        return self.predict_proba(X)
+
+    def _calibration_proba(self, values, codes, cv, random_state):
+        """Class probabilities of the calibration rows from their :meth:`_calibration_values`."""
+        return values
+
+    def _held_out_values(self, X, codes, cv, random_state):
+        """(values, anchor) of the calibration rows from models that did not train on them.
+
+        Split (``cv == 0``): the fitted model itself.  Cross-fitting: one clone per fold,
+        fitted on the other folds, predicts its held-out fold.
+        """
+        if cv == 0:
+            return self._calibration_values(X), self._predicted_codes(X)
+        if getattr(self, "input_center_", None) is not None:
+            # The copies fit what this model was fitted on: the standardised columns.
+            X = (np.asarray(X, dtype=np.float64) - self.input_center_) / self.input_scale_
+        values = None
+        anchor = np.empty(codes.shape[0], dtype=np.int64)
+        labels = np.asarray(self.classes_)[codes]
+        for train, test in fold_indices(codes, cv, random_state):
+            if self._zero_weight_drops_row:
+                weights = np.zeros(codes.shape[0])
+                weights[train] = 1.0
+                model = clone(self).fit(X, labels, sample_weight=weights, classes=self.classes_)
+            else:
+                model = clone(self).fit(_rows(X, train), labels[train], classes=self.classes_)
+            fold_values = model._calibration_values(_rows(X, test))
+            if values is None:
+                values = np.empty((codes.shape[0],) + fold_values.shape[1:])
+            values[test] = fold_values
+            anchor[test] = model._predicted_codes(_rows(X, test))
+        return values, anchor
+
+    def calibrate(self, X, y, *, cv=None, score="aps", random_state=None):
+        """Calibrate the conformal prediction sets of :meth:`predict_set` on labelled rows.
+
+        Two ways, both giving contiguous sets (see :mod:`bayesord._conformal`):
+
+        * ``cv=None`` (split conformal): ``X, y`` are rows the model was **not** fitted on.
+          Under exchangeability a set at miscoverage ``alpha`` then holds the true label
+          with probability between ``1 - alpha`` and ``1 - alpha + 1/(n_cal + 1)``.
+        * ``cv=k`` (cross-conformal): ``X, y`` are the training rows; ``k`` copies of the
+          estimator, each fitted on all folds but one, score the fold they did not see
+          (``k`` extra fits).  No row is held out from the final model; the guarantee is
+          the weaker one of cross-conformal prediction (at least ``1 - 2 alpha`` in the
+          worst case, close to ``1 - alpha`` in practice: ``docs/uncertainty.md``).
+
+        Margin models (no probabilities of their own) fit their probability layer here as
+        well (see ``predict_proba``).  A later ``fit`` discards the calibration.
+
+        Args:
+            X: (n_cal, d) features, as for ``predict``.
+            y: (n_cal,) labels from ``classes_``.
+            cv: None (held-out rows) or the number of folds.
+            score: ``"aps"`` (ordinal adaptive prediction sets, the default) or ``"cdf"``
+                (two-sided cumulative score).
+            random_state: seed of the folds.
+
+        Returns:
+            self.
+
+        Raises:
+            ValueError: fewer calibration rows than classes, a label not in ``classes_``,
+                an unknown ``score`` or a bad ``cv``.
+        """
+        check_is_fitted(self, "classes_")
+        if score not in SCORES:
+            raise ValueError(f"score must be one of {SCORES}, got {score!r}")
+        cv = check_cv(cv)
+        codes = self._encode_y(y, np.shape(X)[0])
+        K = len(self.classes_)
+        if codes.shape[0] < K:
+            raise ValueError(f"{codes.shape[0]} calibration rows for {K} classes: calibrate on at "
+                             "least one row per class (a few hundred for alpha = 0.1 sets that are "
+                             "not needlessly wide)")
+        values, anchor = self._held_out_values(X, codes, cv, random_state)
+        proba = self._calibration_proba(values, codes, cv, random_state)
+        true_scores = conformity_scores(proba, anchor, score)[np.arange(codes.shape[0]), codes]
+        self.conformal_ = ConformalCalibration(scores=true_scores, labels=codes, score=score, cv=cv)
+        return self
+
+    def predict_set(self, X, alpha=0.1, *, method="conformal", mondrian=False):
+        """Contiguous prediction sets ``[lower, upper]`` of labels, one per row and alpha.
+
+        Every set contains the point prediction (``predict``) and never skips a class.
+
+        Args:
+            X: (n, d) features.
+            alpha: the miscoverage rate, a number in (0, 1) or a 1-D sequence of them.
+            method: ``"conformal"`` (needs :meth:`calibrate`: coverage at least
+                ``1 - alpha`` on exchangeable rows) or ``"credible"`` (the shortest
+                interval holding ``1 - alpha`` of the predicted probability: the model's
+                own claim, no calibration).
+            mondrian: with ``"conformal"``, one threshold per class from the calibration
+                rows of that class, so every class is covered at ``1 - alpha`` (wider
+                sets; each class needs ``1/alpha - 1`` calibration rows).
+
+        Returns:
+            (lower, upper): labels from ``classes_``, each (n,) for a scalar ``alpha``,
+            (n, m) for m alphas.
+
+        Raises:
+            ValueError: alpha outside (0, 1); ``"conformal"`` without :meth:`calibrate` or
+                with too few calibration rows (of a class, with ``mondrian``) for alpha.
+        """
+        alphas = check_alpha(alpha)
+        if method == "conformal":
+            cal = getattr(self, "conformal_", None)
+            if cal is None:
+                check_is_fitted(self, "classes_")
+                raise ValueError(f"{type(self).__name__} is not calibrated: call calibrate(X_cal, y_cal) "
+                                 "on held-out rows (or calibrate(X_train, y_train, cv=5)) first, or use "
+                                 "method='credible'")
+        elif method != "credible":
+            raise ValueError(f"method must be 'conformal' or 'credible', got {method!r}")
+        proba = self.predict_proba(X)
+        anchor = self._predicted_codes(X)
+        if method == "credible":
+            lower, upper = credible_windows(proba, anchor, alphas)
+        else:
+            if mondrian:
+                K = len(self.classes_)
+                q = np.stack([conformal_quantile(cal.scores[cal.labels == k], alphas)
+                              if np.any(cal.labels == k) else _no_rows(self.classes_[k])
+                              for k in range(K)], axis=1)
+            else:
+                q = conformal_quantile(cal.scores, alphas)
+            lower, upper = sets_from_scores(conformity_scores(proba, anchor, cal.score), q, anchor)
+        lower, upper = self._decode(lower), self._decode(upper)
+        if np.ndim(alpha) == 0:
+            return lower[:, 0], upper[:, 0]
+        return lower, upper
+
+    # ------------------------------------------------------------ persistence
+    def _uncertainty_state(self):
+        """(arrays, meta) of the calibration, for the model file."""
+        cal = getattr(self, "conformal_", None)
+        if cal is None:
+            return {}, {}
+        return ({"conformal.scores": cal.scores, "conformal.labels": cal.labels},
+                {"conformal": {"score": cal.score, "cv": cal.cv}})
+
+    def _restore_uncertainty(self, arrays, meta):
+        if "conformal" not in meta:
+            return
+        scores, labels = arrays["conformal.scores"], arrays["conformal.labels"]
+        if scores.ndim != 1 or labels.shape != scores.shape or labels.dtype.kind not in "iu":
+            raise ValueError("conformal.scores and conformal.labels must be two 1-D arrays of one "
+                             "length (labels as class codes)")
+        if labels.size and (labels.min() < 0 or labels.max() >= len(self.classes_)):
+            raise ValueError("conformal.labels holds a class code outside the model's classes")
+        if meta["conformal"]["score"] not in SCORES:
+            raise ValueError(f"conformal score {meta['conformal']['score']!r} is not one of {SCORES}")
+        self.conformal_ = ConformalCalibration(scores=scores, labels=labels.astype(np.int64),
+                                               score=meta["conformal"]["score"],
+                                               cv=int(meta["conformal"]["cv"]))
+
+
+def _rows(X, idx):
+    return X.iloc[idx] if hasattr(X, "iloc") else X[idx]
+
+
+def _no_rows(label):
+    raise ValueError(f"mondrian sets need calibration rows of every class; class {label!r} has none")

@@ -1,0 +1,180 @@
+"""One uncertainty API on every estimator: calibrate, predict_set, predict_proba(_interval)."""
+
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.exceptions import ConvergenceWarning
+
+from bayesord import (
+    ISBOR,
+    NPSVOR,
+    SBOR,
+    CuSumRank,
+    OrdinalProbit,
+    PRank,
+    RedSVM,
+    SwappedPairsSVM,
+    TransductiveOrdinalRegression,
+    load_model,
+)
+from bayesord.datasets import make_ordinal_probit
+
+K = 4
+X_ALL, Y_ALL, _ = make_ordinal_probit(2400, 3, K, seed=11)
+# Columns as they arrive: offsets and scales far from a standard normal design.
+X_ALL = X_ALL * np.array([0.01, 1.0, 50.0]) + np.array([1e3, -20.0, 5.0])
+CENTER, SCALE = X_ALL[:300].mean(axis=0), X_ALL[:300].std(axis=0)
+X_STD = (X_ALL - CENTER) / SCALE
+TRAIN, CAL, TEST = np.arange(300), np.arange(300, 700), np.arange(700, 2400)
+
+MARGIN = [NPSVOR(random_state=0), CuSumRank(random_state=0), PRank(random_state=0), SwappedPairsSVM(),
+          RedSVM(), TransductiveOrdinalRegression()]
+BAYES = [OrdinalProbit(), ISBOR(theta=0.3, random_state=0), SBOR(theta=0.3, random_state=0)]
+
+
+def _fit(est, X=X_STD, rows=TRAIN):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        warnings.simplefilter("ignore", UserWarning)  # TOR without unlabeled rows
+        return clone(est).fit(X[rows], Y_ALL[rows])
+
+
+def _covered(lower, upper, y):
+    y = np.asarray(y)[:, None] if np.ndim(lower) == 2 else np.asarray(y)
+    return (lower <= y) & (y <= upper)
+
+
+def _check_sets(est, X, alphas):
+    lower, upper = est.predict_set(X, alphas)
+    pred = est.predict(X)
+    assert lower.shape == upper.shape == (X.shape[0], len(alphas))
+    assert np.all(lower <= pred[:, None]) and np.all(pred[:, None] <= upper)
+    # alphas increase along the columns, so the sets shrink (or stay)
+    assert np.all(np.diff(lower, axis=1) >= 0) and np.all(np.diff(upper, axis=1) <= 0)
+    return lower, upper
+
+
+# OrdinalProbit and CuSumRank (one model of each kind) in the default run, the rest with `slow`.
+@pytest.mark.parametrize("est", [pytest.param(e, id=type(e).__name__,
+                                              marks=[] if type(e) in (OrdinalProbit, CuSumRank) else [pytest.mark.slow])
+                                 for e in BAYES + MARGIN])
+def test_split_conformal_sets_of_every_estimator_cover_held_out_rows(est):
+    """Fitted on 300 rows, calibrated on 400 others, tested on 1,700 more: coverage of each
+    alpha within its guaranteed band, widened by the calibration draw's own spread
+    (3 sds of a Beta(n_cal + 1 - r, r) coverage) and the test sample's."""
+    est = _fit(est)
+    est.calibrate(X_STD[CAL], Y_ALL[CAL])
+    alphas = np.array([0.05, 0.1, 0.2])
+    lower, upper = _check_sets(est, X_STD[TEST], alphas)
+    coverage = _covered(lower, upper, Y_ALL[TEST]).mean(axis=0)
+    n_cal, n_test = len(CAL), len(TEST)
+    sd = np.sqrt(alphas * (1 - alphas) / (n_cal + 2) + alphas * (1 - alphas) / n_test)
+    assert np.all(coverage >= 1 - alphas - 3 * sd), coverage
+    assert np.all(coverage <= 1 - alphas + 1 / (n_cal + 1) + 3 * sd), coverage
+    # Probabilities from every model (the margin models' from their probability layer).
+    P = est.predict_proba(X_STD[TEST[:50]])
+    assert P.shape == (50, K) and np.all(P >= 0)
+    np.testing.assert_allclose(P.sum(axis=1), 1.0, atol=1e-9)
+    lo, hi, sd = est.predict_proba_interval(X_STD[TEST[:50]])
+    assert np.all((0 <= lo) & (lo <= hi) & (hi <= 1)) and np.all(sd >= 0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("est", [pytest.param(e, id=type(e).__name__) for e in (CuSumRank(random_state=0),
+                                                                               OrdinalProbit())])
+def test_cross_conformal_calibration_reuses_the_training_rows(est):
+    est = _fit(est, rows=np.arange(700))
+    est.calibrate(X_STD[:700], Y_ALL[:700], cv=3, random_state=0)
+    assert est.conformal_.cv == 3 and est.conformal_.scores.shape == (700,)
+    lower, upper = _check_sets(est, X_STD[TEST], [0.1, 0.2])
+    coverage = _covered(lower, upper, Y_ALL[TEST]).mean(axis=0)
+    assert np.all(coverage >= np.array([0.9, 0.8]) - 0.04), coverage
+
+
+@pytest.mark.slow
+def test_margin_probabilities_come_from_an_ordinal_layer_that_never_crosses():
+    est = _fit(RedSVM())
+    assert not hasattr(est, "predict_proba")
+    with pytest.raises(AttributeError, match="predict_proba") as err:
+        est.predict_proba(X_STD[:3])
+    assert "call calibrate(X_cal, y_cal)" in str(err.value.__cause__)
+    est.calibrate(X_STD[CAL], Y_ALL[CAL])
+    P = est.predict_proba(X_STD[TEST])
+    cum = np.cumsum(P, axis=1)
+    assert np.all(np.diff(cum, axis=1) >= -1e-12) and np.all(P >= 0)
+    # The layer is monotone in the score: a higher decision value never lowers P(y >= k).
+    order = np.argsort(est.decision_function(X_STD[TEST]))
+    assert np.all(np.diff(1 - cum[order, :-1], axis=0) >= -1e-9)
+    # Calibrated: the mean predicted probability of each class is near its test frequency.
+    freq = np.bincount(Y_ALL[TEST] - Y_ALL.min(), minlength=K) / len(TEST)
+    np.testing.assert_allclose(P.mean(axis=0), freq, atol=0.03)
+
+
+def test_credible_windows_need_no_calibration_and_hold_the_mass():
+    est = _fit(OrdinalProbit())
+    lower, upper = est.predict_set(X_STD[TEST], alpha=0.1, method="credible")
+    P = est.predict_proba(X_STD[TEST])
+    idx = np.searchsorted(est.classes_, lower), np.searchsorted(est.classes_, upper)
+    mass = np.array([P[i, a:b + 1].sum() for i, (a, b) in enumerate(zip(*idx))])
+    assert np.all(mass >= 0.9 - 1e-12)
+    assert _covered(lower, upper, Y_ALL[TEST]).mean() >= 0.87  # the model is right here
+
+
+def test_mondrian_sets_cover_every_class():
+    est = _fit(OrdinalProbit())
+    est.calibrate(X_STD[CAL], Y_ALL[CAL])
+    lower, upper = est.predict_set(X_STD[TEST], 0.2, mondrian=True)
+    covered = _covered(lower, upper, Y_ALL[TEST])
+    for c in est.classes_:
+        assert covered[Y_ALL[TEST] == c].mean() >= 0.8 - 0.08
+
+
+def test_the_calibration_travels_in_the_model_file(tmp_path):
+    for est in (_fit(CuSumRank(random_state=0)), _fit(OrdinalProbit())):
+        est.calibrate(X_STD[CAL], Y_ALL[CAL], score="cdf")
+        est.save(tmp_path / "m.npz")
+        back = load_model(tmp_path / "m.npz")
+        assert back.conformal_.score == "cdf"
+        for a, b in zip(back.predict_set(X_STD[TEST], [0.1, 0.3]), est.predict_set(X_STD[TEST], [0.1, 0.3])):
+            np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(back.predict_proba(X_STD[TEST]), est.predict_proba(X_STD[TEST]))
+
+
+def test_a_refit_discards_the_calibration():
+    est = _fit(CuSumRank(random_state=0))
+    est.calibrate(X_STD[CAL], Y_ALL[CAL])
+    est.fit(X_STD[TRAIN], Y_ALL[TRAIN])
+    assert not hasattr(est, "conformal_") and not hasattr(est, "predict_proba")
+
+
+def test_string_labels_come_back_as_labels():
+    names = np.array(["none", "mild", "severe", "fatal"])
+    est = OrdinalProbit(classes=list(names)).fit(X_STD[TRAIN], names[Y_ALL[TRAIN] - 1])
+    est.calibrate(X_STD[CAL], names[Y_ALL[CAL] - 1])
+    lower, upper = est.predict_set(X_STD[TEST[:5]])
+    assert set(lower) | set(upper) <= set(names)
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda m: m.predict_set(X_STD[:3], alpha=0), "alpha"),
+    (lambda m: m.predict_set(X_STD[:3], alpha=[0.1, 1.2]), "alpha"),
+    (lambda m: m.predict_set(X_STD[:3], method="bayes"), "method"),
+    (lambda m: m.calibrate(X_STD[CAL[:3]], Y_ALL[CAL[:3]]), "3 calibration rows for 4 classes"),
+    (lambda m: m.calibrate(X_STD[CAL], Y_ALL[CAL] + 10), "not"),
+    (lambda m: m.calibrate(X_STD[CAL], Y_ALL[CAL], cv=1), "cv"),
+    (lambda m: m.calibrate(X_STD[CAL], Y_ALL[CAL], score="lac"), "score"),
+    (lambda m: m.calibrate(X_STD[CAL[:8]], Y_ALL[CAL[:8]]).predict_set(X_STD[:3], alpha=0.1),
+     "too few for alpha=0.1"),
+])
+def test_bad_uncertainty_requests_are_clear_errors(call, match):
+    est = _fit(OrdinalProbit())
+    with pytest.raises(ValueError, match=match):
+        call(est)
+
+
+def test_conformal_sets_before_calibration_say_what_to_do():
+    est = _fit(OrdinalProbit())
+    with pytest.raises(ValueError, match=r"not calibrated: call calibrate"):
+        est.predict_set(X_STD[:3])
