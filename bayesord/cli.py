@@ -3,8 +3,10 @@
 ``fit`` fits any of the nine estimators (``--model``; ``OrdinalProbit`` by default) on a CSV
 file and saves it, with constructor parameters from dedicated options or ``--param
 NAME=VALUE``; ``predict`` reads any saved model (:func:`bayesord.load_model`) and writes
-labels, and for the Bayesian models on request class probabilities with their posterior
-spread and the latent mean and sd.
+labels, and on request class probabilities with their posterior spread, the latent mean and
+sd (Bayesian models) and conformal prediction sets (``--set ALPHA``).  The sets, and the
+margin models' probabilities, need a model calibrated by ``fit --calibrate K`` (K-fold
+cross-fitting on the training rows) or ``fit --calibrate-on CSV`` (held-out rows).
 
 ``fit`` standardises the feature columns by default, for every model: it centres each
 column on its mean over the training rows and divides by its standard deviation (a
@@ -147,14 +149,14 @@ def _plot_demo(model, X, y, path):
     plt.close(fig)
 
 
-def _read_table(path, target):
-    """(X, y, feature names) of the training CSV; its errors name the argument."""
+def _read_table(path, target, argument="DATA"):
+    """(X, y, feature names) of a labelled CSV; its errors name the argument."""
     from .datasets import load_csv
 
     try:
         return load_csv(path, target=target)
     except (ValueError, TypeError, FileNotFoundError) as err:
-        raise ValueError(f"argument DATA: {err}") from None
+        raise ValueError(f"argument {argument}: {err}") from None
 
 
 def _parse_classes(text, y, target):
@@ -347,7 +349,9 @@ def _fit(args) -> int:
     model = _make_model(args)
     unlabeled = None if args.unlabeled is None else _feature_frame(args.unlabeled, args.target, names,
                                                                    "--unlabeled")
-    out = _output_path(args.out, "--out", {"DATA": args.data, "--unlabeled": args.unlabeled}, args.force)
+    calibration = _calibration_rows(args, names)
+    out = _output_path(args.out, "--out", {"DATA": args.data, "--unlabeled": args.unlabeled,
+                                           "--calibrate-on": args.calibrate_on}, args.force)
     if args.standardize and getattr(model, "kernel", None) == "precomputed":
         raise ValueError("--kernel precomputed reads a kernel matrix, whose columns must not be "
                          "standardised: add --no-standardize")
@@ -366,6 +370,8 @@ def _fit(args) -> int:
     _fit_reporting(model, frame, y, classes, unlabeled, args)
     if args.standardize:
         set_input_transform(model, center, scale)
+    if calibration is not None or args.calibrate is not None:
+        _calibrate(model, raw, y, calibration, args)
     with _replacing(out) as tmp:
         model.save(tmp)
     if args.model in _BAYESIAN:
@@ -377,6 +383,54 @@ def _fit(args) -> int:
         return 0
     _print_fit(model, raw, y, args)
     return 0
+
+
+def _calibration_rows(args, names):
+    """The held-out rows of ``--calibrate-on`` as (raw feature frame, labels), or None."""
+    if args.calibrate_on is None:
+        return None
+    if args.calibrate is not None:
+        raise ValueError("give --calibrate K (cross-fitting on the training rows) or --calibrate-on "
+                         "CSV (held-out rows), not both")
+    if _same_file(args.calibrate_on, args.data):
+        raise ValueError("argument --calibrate-on: that is the DATA file, but split conformal needs "
+                         "rows the model was not fitted on; use --calibrate K to calibrate on the "
+                         "training rows by cross-fitting")
+    X, y, cal_names = _read_table(args.calibrate_on, args.target, "--calibrate-on")
+    if list(cal_names) != list(names):
+        raise ValueError(f"argument --calibrate-on: {args.calibrate_on} has feature columns "
+                         f"{list(cal_names)}, but DATA has {list(names)}")
+    return X, y
+
+
+def _calibrate(model, raw, y, calibration, args):
+    """Conformal calibration (and the margin models' probability layer) on held-out rows
+    (``--calibrate-on``) or by cross-fitting over the training rows (``--calibrate K``)."""
+    import pandas as pd
+
+    from . import _progress
+
+    name = type(model).__name__
+    if calibration is None:
+        how = f"{args.calibrate}-fold cross-fitting on the {len(y)} training rows"
+        X_cal, y_cal, cv = raw, y, args.calibrate
+    else:
+        how = f"the {len(calibration[1])} held-out rows of {args.calibrate_on}"
+        X_cal, y_cal, cv = pd.DataFrame(calibration[0], columns=raw.columns), calibration[1], None
+    if args.progress:
+        _progress.show(f"fit: calibrating {name} by {how} ...")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            model.calibrate(X_cal, y_cal, cv=cv, random_state=args.seed)
+        except ValueError as err:
+            raise ValueError(f"calibration: {err}") from None
+    if args.progress:
+        _progress.finish()
+    for w in dict.fromkeys(str(w.message) for w in caught):
+        _warning_line("fit", f"calibration: {w}")
+    print(f"calibrated prediction sets{' and probabilities' if args.model not in _BAYESIAN else ''} "
+          f"on {how} (predict --set ALPHA)")
 
 
 def _fit_reporting(model, frame, y, classes, unlabeled, args):
@@ -458,13 +512,18 @@ def _print_fit(model, frame, y, args):
 def _predict(args) -> int:
     import pandas as pd
 
-    from .estimators import OrdinalProbit, load_model
+    from .estimators import load_model
 
     model = load_model(args.model)
     frame = _feature_frame(args.data, args.target, getattr(model, "feature_names_in_", None), "DATA")
-    if (args.proba or args.uncertainty) and not hasattr(model, "predict_proba"):
-        raise ValueError(f"{args.model} holds a {type(model).__name__}, which gives labels and scores, not "
-                         "probabilities; drop --proba/--uncertainty")
+    alphas = _parse_alphas(args.set)
+    if (args.proba or args.uncertainty or alphas is not None) and not hasattr(model, "predict_proba"):
+        raise ValueError(f"{args.model} holds a {type(model).__name__} that was fitted without "
+                         "calibration, so it gives labels and scores only: fit it with --calibrate K "
+                         "or --calibrate-on CSV for probabilities and prediction sets")
+    if alphas is not None and getattr(model, "conformal_", None) is None:
+        raise ValueError(f"{args.model} was fitted without calibration: fit it with --calibrate K or "
+                         "--calibrate-on CSV for conformal prediction sets")
     out_path = None if args.out is None else _output_path(args.out, "--out", {"MODEL": args.model,
                                                                               "DATA": args.data}, args.force)
     out = pd.DataFrame({"prediction": model.predict(frame)})
@@ -473,15 +532,18 @@ def _predict(args) -> int:
         for k, c in enumerate(model.classes_):
             out[f"P({c})"] = proba[:, k]
     if args.uncertainty:
-        if isinstance(model, OrdinalProbit):
-            sd = model.predict_proba_interval(frame)[2]
-        else:
-            sd = model.predict_proba_std(frame)
+        sd = model.predict_proba_interval(frame)[2]
         for k, c in enumerate(model.classes_):
             out[f"sd P({c})"] = sd[:, k]
-        mean, var = model.predict_latent(frame)
-        out["latent mean"] = mean
-        out["latent sd"] = np.sqrt(var)
+        if hasattr(model, "predict_latent"):
+            mean, var = model.predict_latent(frame)
+            out["latent mean"] = mean
+            out["latent sd"] = np.sqrt(var)
+    if alphas is not None:
+        lower, upper = model.predict_set(frame, alphas)
+        for j, a in enumerate(alphas):
+            out[f"set lower (alpha={a:g})"] = lower[:, j]
+            out[f"set upper (alpha={a:g})"] = upper[:, j]
     if out_path is not None:
         with _replacing(out_path) as tmp:
             out.to_csv(tmp, index=False)
@@ -489,6 +551,20 @@ def _predict(args) -> int:
     else:
         print(out.to_csv(index=False), end="")
     return 0
+
+
+def _parse_alphas(text):
+    """``--set 0.1`` or ``--set 0.05,0.1,0.2`` as a list of floats in (0, 1), or None."""
+    if text is None:
+        return None
+    try:
+        alphas = [float(t) for t in text.split(",")]
+    except ValueError:
+        raise ValueError(f"argument --set: expected miscoverage rates such as 0.1 or 0.05,0.2, got {text!r}") from None
+    bad = [a for a in alphas if not 0 < a < 1]
+    if bad:
+        raise ValueError(f"argument --set: each alpha must lie strictly between 0 and 1, got {bad}")
+    return alphas
 
 
 def _bench(args) -> int:
@@ -500,6 +576,16 @@ def _bench(args) -> int:
         return 0
     return run_benchmarks(args.names, quick=args.quick, data_dir=args.data_dir, out=Path(args.out),
                           docs=Path(args.docs) if args.docs else None, timeout=args.timeout)
+
+
+def _fold_count(text):
+    try:
+        k = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of folds, got {text!r}") from None
+    if k < 2:
+        raise argparse.ArgumentTypeError(f"needs at least 2 folds, got {k}")
+    return k
 
 
 def _add_quiet(parser):
@@ -570,6 +656,12 @@ def _parser():
     f.add_argument("--unlabeled", metavar="CSV",
                    help="tor: CSV file of unlabeled rows with the same feature columns (a target "
                         "column there is ignored)")
+    f.add_argument("--calibrate", type=_fold_count, metavar="K",
+                   help="calibrate prediction sets (and the margin models' probabilities) by "
+                        "K-fold cross-fitting on the training rows (K more fits)")
+    f.add_argument("--calibrate-on", metavar="CSV",
+                   help="calibrate them on held-out labelled rows instead (split conformal: "
+                        "coverage guaranteed on exchangeable rows)")
     f.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="any other constructor parameter of the model, repeatable; VALUE is read "
                         "as a Python literal (10, 1e-3, (0.1, 1), None) or else as text, e.g. "
@@ -583,8 +675,12 @@ def _parser():
     r.add_argument("--target", default="y", help="column to drop if present")
     r.add_argument("--proba", action="store_true", help="also write class probabilities")
     r.add_argument("--uncertainty", action="store_true",
-                   help="also write class probabilities, their posterior sd, and the latent "
-                        "mean and sd")
+                   help="also write class probabilities, their posterior sd, and (Bayesian "
+                        "models) the latent mean and sd")
+    r.add_argument("--set", metavar="ALPHA",
+                   help="also write conformal prediction sets (lowest and highest label) at "
+                        "miscoverage ALPHA, or at each of a comma-separated list (needs a model "
+                        "fitted with --calibrate or --calibrate-on)")
     r.add_argument("--out", help="CSV file to write (default: stdout); never the model or the "
                                  "data file, and an existing file only with --force")
     r.add_argument("--force", action="store_true", help="replace an existing --out file")

@@ -506,3 +506,64 @@ def test_raw_columns_get_one_warning_line_and_a_failed_fit_says_what_to_try(tmp_
     assert "sub-problems did not converge (the rank problems of classes" in converge
     assert ("try more iterations (--param max_iter=30), a smaller C (--param C=0.1), standardised "
             "columns (leave out --no-standardize)") in converge
+
+
+def _calibration_files(tmp_path):
+    X, y, _ = make_ordinal_probit(1400, 3, 4, seed=2)
+    frame = pd.DataFrame(X * [1.0, 100.0, 0.01] + [50.0, 1e3, 3.0], columns=["a", "b", "c"]).assign(y=y)
+    paths = {}
+    for name, rows in (("train", slice(0, 300)), ("cal", slice(300, 700)), ("test", slice(700, 1400))):
+        paths[name] = tmp_path / f"{name}.csv"
+        frame[rows].to_csv(paths[name], index=False)
+    return paths, frame[700:]
+
+
+def test_a_margin_model_calibrated_from_the_command_predicts_probabilities_and_sets(tmp_path, capsys):
+    from bayesord import load_model
+
+    paths, test = _calibration_files(tmp_path)
+    model = tmp_path / "m.npz"
+    assert main(["fit", str(paths["train"]), "--out", str(model), "--model", "cusum",
+                 "--calibrate-on", str(paths["cal"]), "--quiet"]) == 0
+    assert "calibrated prediction sets and probabilities on the 400 held-out rows" in capsys.readouterr().out
+    preds = tmp_path / "p.csv"
+    assert main(["predict", str(model), str(paths["test"]), "--uncertainty", "--set", "0.1,0.3",
+                 "--out", str(preds)]) == 0
+    result = pd.read_csv(preds)
+    fitted = load_model(model)
+    feats = test[["a", "b", "c"]]
+    lower, upper = fitted.predict_set(feats, [0.1, 0.3])
+    np.testing.assert_array_equal(result["set lower (alpha=0.1)"], lower[:, 0])
+    np.testing.assert_array_equal(result["set upper (alpha=0.3)"], upper[:, 1])
+    np.testing.assert_allclose(result[[f"P({k})" for k in range(1, 5)]], fitted.predict_proba(feats), rtol=1e-12)
+    assert "latent mean" not in result.columns and "sd P(4)" in result.columns
+    covered = (result["set lower (alpha=0.1)"] <= test["y"].to_numpy()) & (
+        test["y"].to_numpy() <= result["set upper (alpha=0.1)"])
+    assert covered.mean() >= 0.86
+
+
+@pytest.mark.parametrize("fit_extra, predict_extra, match", [
+    ([], ["--set", "0.1"], "fitted without calibration"),
+    (["--calibrate", "3"], ["--set", "1.5"], "strictly between 0 and 1"),
+    (["--calibrate", "3"], ["--set", "ten"], "expected miscoverage rates"),
+])
+def test_prediction_sets_from_the_command_say_what_is_missing(tmp_path, capsys, fit_extra, predict_extra, match):
+    paths, _ = _calibration_files(tmp_path)
+    model = tmp_path / "m.npz"
+    assert main(["fit", str(paths["train"]), "--out", str(model), "--model", "cusum", "--quiet", *fit_extra]) == 0
+    capsys.readouterr()
+    assert main(["predict", str(model), str(paths["test"]), *predict_extra]) == 2
+    err = capsys.readouterr().err
+    assert match in err and err.count("\n") == 1
+
+
+def test_calibration_options_are_checked_before_fitting(tmp_path, capsys):
+    paths, _ = _calibration_files(tmp_path)
+    other = tmp_path / "other.csv"
+    pd.read_csv(paths["cal"]).rename(columns={"c": "d"}).to_csv(other, index=False)
+    for extra, match in ((["--calibrate", "3", "--calibrate-on", str(paths["cal"])], "not both"),
+                         (["--calibrate-on", str(other)], "has feature columns"),
+                         (["--calibrate-on", str(paths["train"])], "that is the DATA file")):
+        out = tmp_path / "m.npz"
+        assert main(["fit", str(paths["train"]), "--out", str(out), "--quiet", *extra]) == 2
+        assert match in capsys.readouterr().err and not out.exists()
