@@ -21,7 +21,7 @@ from . import _compile_cache
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("calibration", "datasets", "diagnostics", "metrics")
+_SUBMODULES = ("calibration", "datasets", "diagnostics", "metrics", "uncertainty")
 _EXPORTS = {
     "._isbor": ("ISBORConfig", "ISBORPrediction", "ISBORResult", "fit_isbor", "fit_sbor", "predict_isbor"),
     "._npsvor": ("NPSVORConfig", "NPSVORResult", "cv_npsvor", "fit_npsvor", "predict_r_new", "predict_r_old"),
@@ -62,7 +62,7 @@ def __dir__():
 
 
 if TYPE_CHECKING:
-    from . import calibration, datasets, diagnostics, metrics
+    from . import calibration, datasets, diagnostics, metrics, uncertainty
     from ._isbor import ISBORConfig, ISBORPrediction, ISBORResult, fit_isbor, fit_sbor, predict_isbor
     from ._npsvor import NPSVORConfig, NPSVORResult, cv_npsvor, fit_npsvor, predict_r_new, predict_r_old
     from ._perceptron import (

@@ -178,3 +178,69 @@ def test_conformal_sets_before_calibration_say_what_to_do():
     est = _fit(OrdinalProbit())
     with pytest.raises(ValueError, match=r"not calibrated: call calibrate"):
         est.predict_set(X_STD[:3])
+
+
+# ------------------------------------------------------------------- bootstrap
+def test_a_bootstrap_refit_with_unit_weights_is_the_fit():
+    est = _fit(RedSVM())
+    again, converged = est._weighted_refit(X_STD[TRAIN], Y_ALL[TRAIN], np.ones(len(TRAIN)))
+    assert converged
+    np.testing.assert_allclose(again.coef_, est.coef_, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(again.thresholds_, est.thresholds_, rtol=0, atol=1e-10)
+
+
+@pytest.mark.slow
+def test_the_bootstrap_spread_matches_the_spread_over_fresh_data_sets():
+    """The Bayesian bootstrap from one data set against the sampling distribution itself:
+    the sd of RED-SVM's coefficients over 40 independent data sets from the generator."""
+    w = np.array([1.0, -0.5, 0.25])
+    fresh = []
+    for seed in range(40):
+        X, y, _ = make_ordinal_probit(400, 3, K, seed=100 + seed, w=w)
+        fresh.append(RedSVM().fit(X, y).coef_)
+    X, y, _ = make_ordinal_probit(400, 3, K, seed=99, w=w)
+    est = RedSVM().fit(X, y).bootstrap(X, y, n_draws=100, random_state=0)
+    ratio = est.summary().loc[["x0", "x1", "x2"], "sd"].to_numpy() / np.std(fresh, axis=0, ddof=1)
+    assert np.all((ratio > 0.6) & (ratio < 1.6)), ratio
+
+
+@pytest.mark.slow
+def test_the_bootstrap_spread_shrinks_as_n_grows():
+    sds = []
+    for n in (150, 600):
+        X, y, _ = make_ordinal_probit(n, 3, K, seed=7)
+        est = RedSVM().fit(X, y).bootstrap(X, y, n_draws=40, random_state=1)
+        sds.append(est.summary().loc[["x0", "x1", "x2"], "sd"].to_numpy())
+    # sd ~ 1/sqrt(n): half at four times the rows (each of three coefficients within 35%)
+    assert np.all((sds[1] / sds[0] > 0.5 * 0.65) & (sds[1] / sds[0] < 0.5 * 1.35)), sds
+
+
+def test_bootstrap_draws_summarise_export_and_travel_in_the_model_file(tmp_path):
+    import pandas as pd
+
+    frame = pd.DataFrame(X_STD[TRAIN], columns=["age", "dose", "bmi"])
+    est = NPSVOR(random_state=0).fit(frame, Y_ALL[TRAIN]).bootstrap(frame, Y_ALL[TRAIN], n_draws=12,
+                                                                     random_state=0)
+    table = est.summary(level=0.9)
+    assert list(table.columns) == ["mean", "sd", "5%", "95%", "estimate"]
+    assert "dose [3]" in table.index and "intercept [4]" in table.index
+    assert np.all(table["5%"] <= table["95%"]) and np.all(table["sd"] > 0)
+    idata = est.to_inference_data()
+    assert idata.posterior["coef"].shape == (1, 12, 12)
+    assert list(idata.posterior["coef_dim"].values[:3]) == ["age [1]", "dose [1]", "bmi [1]"]
+    est.save(tmp_path / "m.npz")
+    pd.testing.assert_frame_equal(load_model(tmp_path / "m.npz").summary(level=0.9), table)
+
+
+@pytest.mark.parametrize("make, call, match", [
+    (lambda: CuSumRank(random_state=0), lambda m: m.bootstrap(X_STD[TRAIN], Y_ALL[TRAIN]), "no bootstrap: it scales"),
+    (TransductiveOrdinalRegression, lambda m: m.bootstrap(X_STD[TRAIN], Y_ALL[TRAIN]), "unlabeled rows"),
+    (lambda: RedSVM(kernel="rbf"), lambda m: m.bootstrap(X_STD[TRAIN], Y_ALL[TRAIN]), "kernel='linear'"),
+    (RedSVM, lambda m: m.bootstrap(X_STD[TRAIN], Y_ALL[TRAIN], n_draws=1), "n_draws"),
+    (RedSVM, lambda m: m.summary(), "call bootstrap"),
+    (RedSVM, lambda m: m.to_inference_data(), "call bootstrap"),
+])
+def test_bad_bootstrap_requests_are_clear_errors(make, call, match):
+    est = _fit(make())
+    with pytest.raises(ValueError, match=match):
+        call(est)

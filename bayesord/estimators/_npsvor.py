@@ -95,6 +95,8 @@ class NPSVOR(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
     _format = "bayesord.NPSVOR/1"
     _accept_sparse = True
     _offset_sensitive = True
+    # Exact sample weights (a weight multiplies the row's C): a weighted refit is a bootstrap draw.
+    _bootstrap_params = ("coef_", "intercept_")
 
     def __init__(self, C=1.0, *, C1=None, C2=None, epsilon=0.1, tol=0.1, fit_intercept=True,
                  intercept_scaling=1.0, solver="dcd2", block_size=64, shrinking=True,

@@ -22,8 +22,9 @@ from __future__ import annotations
 import numpy as np
 from sklearn.utils._available_if import available_if
 
+from ._bootstrap import BootstrapMixin
 from ._probit import OrdinalProbit
-from ._uncertainty import UncertaintyMixin, fold_indices
+from ._uncertainty import fold_indices
 
 __all__ = ["ProbaLayerMixin"]
 
@@ -51,8 +52,9 @@ def _calibrated(est):
     return True
 
 
-class ProbaLayerMixin(UncertaintyMixin):
-    """``predict_proba``, ``predict_proba_interval`` and prediction sets for a margin model."""
+class ProbaLayerMixin(BootstrapMixin):
+    """``predict_proba``, ``predict_proba_interval`` and prediction sets for a margin model
+    (and its bootstrap, :class:`~bayesord.estimators._bootstrap.BootstrapMixin`)."""
 
     def _calibration_values(self, X):
         """Decision values as a matrix, (n, p) (p = 1 for a single score)."""

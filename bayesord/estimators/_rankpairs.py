@@ -83,6 +83,8 @@ class SwappedPairsSVM(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
     # Offsets cancel: the loss sees only differences of scores (f_i - f_j = w.(x_i - x_j)),
     # and the Gaussian kernel only differences of rows; scales still matter.
     _offset_sensitive = False
+    # Exact sample weights (a pair weighs the product of its rows'): a weighted refit is a draw.
+    _bootstrap_params = ("coef_", "thresholds_")
 
     def __init__(self, C=100.0, kernel="linear", gamma=1.0, epsilon=1e-3, pairs="all", n_partners=5,
                  capacity=100, max_iter=1000, counting="auto", kernel_approx="auto", n_components=500,

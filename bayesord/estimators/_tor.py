@@ -153,6 +153,9 @@ class RedSVM(_RedSVMBase):
 
     _format = "bayesord.RedSVM/1"
 
+    # Exact sample weights (a weight multiplies the row's C): a weighted refit is a draw.
+    _bootstrap_params = ("coef_", "thresholds_")
+
     def __init__(self, C=1.0, loss="hinge", kernel="linear", gamma=None, n_components=None,
                  fit_intercept=True, tol=1e-4, max_iter=1000, classes=None, random_state=None):
         self.C = C
@@ -235,6 +238,8 @@ class TransductiveOrdinalRegression(_RedSVMBase):
     """
 
     _format = "bayesord.TransductiveOrdinalRegression/1"
+    _no_bootstrap = ("its fit labels the unlabeled rows it was given, so a refit on the labeled rows "
+                     "alone is not a draw of it")
     _why_every_class = ("the labeled rows must show every declared class: TOR's pseudo-label "
                         "initialisation (Algorithm 2) hands out classes in the labeled class ratios")
 

@@ -2,7 +2,7 @@
 
 :class:`UncertaintyMixin` gives each estimator ``calibrate`` (conformity scores of labelled
 rows the model did not train on) and ``predict_set`` (contiguous class intervals, see
-:mod:`bayesord._conformal`).  It asks the estimator for two things only: class
+:mod:`bayesord.uncertainty`).  It asks the estimator for two things only: class
 probabilities (:meth:`predict_proba`; the margin models get theirs from the probability
 layer of :mod:`bayesord.estimators._proba_layer`) and point predictions (:meth:`predict`).
 """
@@ -15,7 +15,7 @@ import numpy as np
 from sklearn.base import clone
 from sklearn.utils.validation import check_is_fitted
 
-from .._conformal import (
+from ..uncertainty import (
     SCORES,
     check_alpha,
     conformal_quantile,
@@ -112,7 +112,7 @@ class UncertaintyMixin:
     def calibrate(self, X, y, *, cv=None, score="aps", random_state=None):
         """Calibrate the conformal prediction sets of :meth:`predict_set` on labelled rows.
 
-        Two ways, both giving contiguous sets (see :mod:`bayesord._conformal`):
+        Two ways, both giving contiguous sets (see :mod:`bayesord.uncertainty`):
 
         * ``cv=None`` (split conformal): ``X, y`` are rows the model was **not** fitted on.
           Under exchangeability a set at miscoverage ``alpha`` then holds the true label

@@ -1,6 +1,8 @@
 """Contiguous ordinal prediction sets: conformity scores, conformal quantiles, credible windows.
 
-Host-side NumPy (the work is O(n K) per call).  Every set here is an interval of classes
+The estimators' ``calibrate`` and ``predict_set`` (every model; see ``docs/uncertainty.md``)
+are built on these functions, which also work on any class probabilities.  Host-side NumPy
+(the work is O(n K) per call).  Every set here is an interval of classes
 ``[lower, upper]`` (class codes 0..K-1) that contains an *anchor*, the class the model
 predicts for the row, so a set never skips a class and never leaves out the point
 prediction.

@@ -1,4 +1,4 @@
-"""Contiguous ordinal prediction sets (bayesord._conformal) against brute force and simulation."""
+"""Contiguous ordinal prediction sets (bayesord.uncertainty) against brute force and simulation."""
 
 import itertools
 
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bayesord._conformal import (
+from bayesord.uncertainty import (
     check_alpha,
     conformal_quantile,
     conformity_scores,

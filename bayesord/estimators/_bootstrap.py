@@ -1,0 +1,199 @@
+"""A bootstrap posterior for the margin models: the weighted-likelihood (Bayesian) bootstrap.
+
+Rubin's Bayesian bootstrap (1981), as the weighted likelihood bootstrap of Newton &
+Raftery (1994, J. R. Stat. Soc. B 56, 3-48): draw row weights ``n * Dirichlet(1, ..., 1)``
+(mean 1) and refit the model with them as sample weights; the fitted parameters over many
+draws approximate a posterior of the parameters under a non-informative prior on the data
+distribution.  Each refit has the shape of the first fit, so the draws compile once.
+
+Only solvers whose sample weights are exact (a weight of 2 is the row given twice) get it:
+NPSVOR (a weight multiplies the row's C), RED-SVM and TOR (the labeled rows' C), and the
+swapped-pairs SVM (a pair weighs the product of its rows' weights).  The perceptrons scale
+a row's step by its weight, which is not the same as repeating the row, so a weighted refit
+is not a bootstrap draw of their fit.  Draws are kept for the linear kernel, whose
+coefficients are per feature.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+from sklearn.base import clone
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils.validation import check_is_fitted
+
+from .._status import warn_user
+from ._base import threshold_names
+from ._uncertainty import UncertaintyMixin
+
+__all__ = ["BootstrapMixin"]
+
+
+class BootstrapMixin(UncertaintyMixin):
+    """``bootstrap``, ``summary`` and ``to_inference_data`` from bootstrap draws."""
+
+    # Fitted attributes drawn by ``bootstrap``; empty for a model that has no bootstrap,
+    # and then ``_no_bootstrap`` says why.
+    _bootstrap_params = ()
+    _no_bootstrap = ("it scales a row's update by its weight, which is not the same as "
+                     "repeating the row, so a weighted refit is not a draw")
+
+    def _check_bootstrap(self):
+        check_is_fitted(self, "classes_")
+        if not self._bootstrap_params:
+            raise ValueError(f"{type(self).__name__} has no bootstrap: {self._no_bootstrap} "
+                             "(calibrate() gives it probabilities and prediction sets)")
+
+    def _draws(self, what):
+        self._check_bootstrap()
+        draws = getattr(self, "bootstrap_draws_", None)
+        if draws is None:
+            raise ValueError(f"{type(self).__name__}.{what} reads bootstrap draws: call "
+                             "bootstrap(X_train, y_train) first")
+        return draws
+
+    def _weighted_refit(self, X, labels, weights):
+        """A copy of this estimator fitted with ``weights``; whether it converged."""
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ConvergenceWarning)
+            model = clone(self).fit(X, labels, sample_weight=weights, classes=self.classes_)
+        return model, not any(issubclass(w.category, ConvergenceWarning) for w in caught)
+
+    def bootstrap(self, X, y, n_draws=200, random_state=None):
+        """Draw the fitted parameters by the weighted-likelihood (Bayesian) bootstrap.
+
+        Refits the estimator ``n_draws`` times on ``X, y`` (the training rows) with row
+        weights ``n * Dirichlet(1, ..., 1)``; keeps ``coef_`` and the intercepts or
+        thresholds of every refit in ``bootstrap_draws_``, which :meth:`summary` and
+        :meth:`to_inference_data` read.  The point estimates stay those of the fit.
+
+        Args:
+            X: (n, d) training features, as for ``fit``.
+            y: (n,) training labels.
+            n_draws: number of refits, at least 2.
+            random_state: seed of the weights.
+
+        Returns:
+            self.
+
+        Raises:
+            ValueError: the model has no bootstrap (the perceptrons, whose sample weights
+                are not exact, and TOR), its kernel is not linear, or ``n_draws`` < 2.
+
+        Warns:
+            ConvergenceWarning: how many refits stopped at their iteration cap.
+        """
+        self._check_bootstrap()
+        name = type(self).__name__
+        if getattr(self, "kernel", "linear") != "linear":
+            raise ValueError(f"the bootstrap keeps per-feature coefficients, so it needs kernel='linear' "
+                             f"(this {name} has kernel={self.kernel!r})")
+        if isinstance(n_draws, bool) or not isinstance(n_draws, (int, np.integer)) or n_draws < 2:
+            raise ValueError(f"n_draws must be an integer >= 2, got {n_draws!r}")
+        codes = self._encode_y(y, np.shape(X)[0])
+        labels = np.asarray(self.classes_)[codes]
+        if getattr(self, "input_center_", None) is not None:
+            X = (np.asarray(X, dtype=np.float64) - self.input_center_) / self.input_scale_
+        rng = np.random.default_rng(random_state)
+        n = codes.shape[0]
+        draws = {p: [] for p in self._bootstrap_params}
+        failed = 0
+        for _ in range(int(n_draws)):
+            model, converged = self._weighted_refit(X, labels, n * rng.dirichlet(np.ones(n)))
+            failed += not converged
+            for p in self._bootstrap_params:
+                draws[p].append(np.asarray(getattr(model, p), dtype=np.float64))
+        if failed:
+            warn_user(f"{name}.bootstrap: {failed} of {n_draws} weighted refits stopped at their "
+                      "iteration cap; their draws are kept (raise max_iter to remove the doubt)",
+                      ConvergenceWarning)
+        self.bootstrap_draws_ = {p: np.stack(v) for p, v in draws.items()}
+        return self
+
+    def _draw_names(self):
+        """Row names of each drawn parameter's entries, in ``np.ravel`` order."""
+        features = getattr(self, "feature_names_in_", None)
+        features = [str(f) for f in features] if features is not None else [
+            f"x{j}" for j in range(int(self.n_features_in_))]
+        classes = [str(c) for c in self.classes_]
+        names = {}
+        for p, draws in self.bootstrap_draws_.items():
+            shape = draws.shape[1:]
+            if p == "thresholds_":
+                names[p] = threshold_names(self.classes_)
+            elif p == "coef_" and len(shape) == 2:
+                rows = classes[: shape[0]] if shape[0] <= len(classes) else [str(k) for k in range(shape[0])]
+                names[p] = [f"{f} [{c}]" for c in rows for f in features]
+            elif p == "coef_":
+                names[p] = features
+            elif len(shape) == 1:
+                names[p] = [f"{p.rstrip('_')} [{c}]" for c in classes[: shape[0]]]
+            else:
+                names[p] = [p.rstrip("_")]
+        return names
+
+    def summary(self, level=0.95):
+        """The fitted parameters with their bootstrap sd and central ``level`` interval.
+
+        Columns as the Bayesian models' ``summary()``: ``mean`` and ``sd`` over the draws
+        and their percentile interval, then ``estimate``, the fit's own value.
+
+        Returns:
+            pandas DataFrame indexed by parameter name.
+
+        Raises:
+            ValueError: ``bootstrap`` has not been run, or ``level`` outside (0, 1).
+        """
+        import pandas as pd
+
+        draws = self._draws("summary")
+        if not 0 < level < 1:
+            raise ValueError(f"level must lie strictly between 0 and 1, got {level!r}")
+        names = self._draw_names()
+        lo, hi = f"{100 * (1 - level) / 2:g}%", f"{100 * (1 + level) / 2:g}%"
+        frames = []
+        for p, d in draws.items():
+            flat = d.reshape(d.shape[0], -1)
+            q = np.quantile(flat, [(1 - level) / 2, (1 + level) / 2], axis=0)
+            frames.append(pd.DataFrame({"mean": flat.mean(axis=0), "sd": flat.std(axis=0, ddof=1),
+                                        lo: q[0], hi: q[1], "estimate": np.ravel(getattr(self, p))},
+                                       index=names[p]))
+        return pd.concat(frames)
+
+    def to_inference_data(self):
+        """The bootstrap draws as an ArviZ ``InferenceData`` (one chain of ``n_draws``).
+
+        Raises:
+            ValueError: ``bootstrap`` has not been run.
+        """
+        import arviz as az
+
+        draws = self._draws("to_inference_data")
+        names = self._draw_names()
+        posterior, dims, coords = {}, {}, {}
+        for p, d in draws.items():
+            var = p.rstrip("_")
+            posterior[var] = d.reshape(1, d.shape[0], -1)
+            dims[var] = [f"{var}_dim"]
+            coords[f"{var}_dim"] = names[p]
+        return az.from_dict(posterior=posterior, dims=dims, coords=coords)
+
+    # ------------------------------------------------------------ persistence
+    def _uncertainty_state(self):
+        arrays, meta = super()._uncertainty_state()
+        draws = getattr(self, "bootstrap_draws_", None)
+        if draws is None:
+            return arrays, meta
+        return (dict(arrays, **{f"bootstrap.{p}": d for p, d in draws.items()}),
+                dict(meta, bootstrap=list(draws)))
+
+    def _restore_uncertainty(self, arrays, meta):
+        super()._restore_uncertainty(arrays, meta)
+        if "bootstrap" not in meta:
+            return
+        draws = {p: arrays[f"bootstrap.{p}"] for p in meta["bootstrap"]}
+        for p, d in draws.items():
+            if p not in self._bootstrap_params or d.shape[1:] != np.shape(getattr(self, p)):
+                raise ValueError(f"bootstrap.{p} has shape {d.shape}, which does not match the model's {p}")
+        self.bootstrap_draws_ = draws
