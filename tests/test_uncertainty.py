@@ -244,3 +244,26 @@ def test_bad_bootstrap_requests_are_clear_errors(make, call, match):
     est = _fit(make())
     with pytest.raises(ValueError, match=match):
         call(est)
+
+
+def test_a_class_with_one_calibration_row_is_kept_in_every_training_fold():
+    from bayesord.estimators._uncertainty import fold_indices
+
+    codes = np.array([0] + [1] * 7 + [2] * 9 + [3] * 6)
+    folds = fold_indices(codes, 5, random_state=0)
+    assert len(folds) == 5
+    assert all(0 in train for train, _ in folds)
+    held = np.concatenate([test for _, test in folds])
+    np.testing.assert_array_equal(np.sort(held), np.arange(1, len(codes)))
+    for train, test in folds:
+        assert set(codes[train]) == {0, 1, 2, 3} and not set(train) & set(test)
+
+
+def test_a_margin_model_without_calibration_rows_of_a_class_says_so():
+    est = _fit(CuSumRank(random_state=0))
+    rows = CAL[Y_ALL[CAL] != 4]
+    with pytest.raises(ValueError, match=r"no row of class\(es\) \[4\].*cv=5"):
+        est.calibrate(X_STD[rows], Y_ALL[rows])
+    one = np.concatenate([rows, CAL[Y_ALL[CAL] == 4][:1]])
+    lower, upper = est.calibrate(X_STD[one], Y_ALL[one]).predict_set(X_STD[TEST], 0.1)
+    assert np.all(lower <= upper)

@@ -63,6 +63,12 @@ class ProbaLayerMixin(BootstrapMixin):
 
     def _calibration_proba(self, values, codes, cv, random_state):
         K = len(self.classes_)
+        missing = np.setdiff1d(np.arange(K), codes)
+        if missing.size:
+            raise ValueError(f"the calibration rows have no row of class(es) "
+                             f"{np.asarray(self.classes_)[missing].tolist()}, and the probability "
+                             f"layer of {type(self).__name__} must place every class: calibrate on "
+                             "more rows, or by cross-fitting on the training rows (cv=5)")
         proba = np.empty((codes.shape[0], K))
         seed = None if random_state is None else int(random_state)
         # Each fold's layer is the full problem with the held-out rows at weight zero, which

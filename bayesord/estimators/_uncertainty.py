@@ -52,13 +52,27 @@ def check_cv(cv):
 
 
 def fold_indices(codes, cv, random_state):
-    """Stratified folds of the calibration rows; every class needs a row in each training part."""
+    """Stratified folds of labelled rows for cross-fitting: (train, test) index pairs.
+
+    Every class stays in every training part: a class with a single row never has it held
+    out (that row is scored by a model that saw it, the one row of the data where that
+    happens, rather than by one that cannot place its class), and the number of folds is
+    at most the smallest count of the other classes.
+
+    Raises:
+        ValueError: no class has two rows.
+    """
     counts = np.bincount(codes)
-    if counts.min() < 2:
-        raise ValueError(f"cross-fitting over {cv} folds needs at least 2 rows of every class; class "
-                         f"position {int(np.argmin(counts))} has {int(counts.min())}")
+    multi = np.flatnonzero(counts[codes] >= 2)
+    if multi.size == 0:
+        raise ValueError("cross-fitting needs a class with at least 2 rows")
+    k = min(cv, int(counts[counts >= 2].min()))
+    if k < 2:
+        raise ValueError("cross-fitting needs at least 2 rows of some class")
     seed = 0 if random_state is None else random_state
-    return kfold_indices(codes, k=min(cv, int(counts.min())), seed=seed)
+    folds = kfold_indices(codes[multi], k=k, seed=seed)
+    n = codes.shape[0]
+    return [(np.setdiff1d(np.arange(n), multi[test]), multi[test]) for _, test in folds]
 
 
 class UncertaintyMixin:
