@@ -196,8 +196,14 @@ def _sparse_log_probs(kernel, degree, link):
     return log_probs
 
 
-def _sparse_posterior(result, kernel, degree, link, classes, model_name) -> LaplacePosterior:
-    """The Gaussian over the active relevance-vector weights of an ISBOR/SBOR result."""
+def _sparse_posterior(result, kernel, degree, link, classes, model_name,
+                      feature_names=None) -> LaplacePosterior:
+    """The Gaussian over the active relevance-vector weights of an ISBOR/SBOR result.
+
+    Besides the held values (thresholds, sigma, alpha), the constants hold ``location``:
+    each relevance vector's training row in the user's feature units, (relevance_vector,
+    feature), so the vectors can be read in feature space (not for a precomputed kernel).
+    """
     from ._linalg import chol_inverse
 
     res = jax.tree_util.tree_map(np.asarray, result)
@@ -216,6 +222,11 @@ def _sparse_posterior(result, kernel, degree, link, classes, model_name) -> Lapl
     fixed = {"thresholds": np.asarray(res.b, dtype=np.float64),
              "sigma": np.asarray(res.sigma, dtype=np.float64),
              "alpha": np.asarray(res.alpha, dtype=np.float64)[mask]}
+    if kernel != "precomputed":
+        d = res.centres.shape[1]
+        coords["feature"] = [f"x{j}" for j in range(d)] if feature_names is None else [str(f) for f in feature_names]
+        dims["location"] = ("relevance_vector", "feature")
+        fixed["location"] = (np.asarray(res.centres, dtype=np.float64)[mask] * res.scale + res.center)
     data = {"centres": np.asarray(res.centres, dtype=np.float64)[mask],
             "theta": np.asarray(res.theta, dtype=np.float64),
             "center": np.asarray(res.center, dtype=np.float64),
@@ -238,11 +249,11 @@ def _register_sparse_bayes():
         check_is_fitted(model, "result_")
         c = model._config_
         return _sparse_posterior(model.result_, c.kernel, c.degree, c.link, model.classes_,
-                                 type(model).__name__)
+                                 type(model).__name__, getattr(model, "feature_names_in_", None))
 
     @laplace_posterior.register(ISBORResult)
-    def _(result, *, kernel="rbf", degree=2, link="probit", classes=None, **kwargs):
-        return _sparse_posterior(result, kernel, degree, link, classes, "ISBORResult")
+    def _(result, *, kernel="rbf", degree=2, link="probit", classes=None, feature_names=None, **kwargs):
+        return _sparse_posterior(result, kernel, degree, link, classes, "ISBORResult", feature_names)
 
 
 _register_sparse_bayes()
@@ -316,8 +327,12 @@ def to_inference_data(model, X, y, *, draws: int = 500, chains: int = 4, key=Non
         block: draws evaluated at a time (memory O(block * n * K)).
 
     Returns:
-        InferenceData with groups posterior, log_likelihood, posterior_predictive,
-        observed_data; dims ``chain``, ``draw``, ``obs_id`` and the model's parameter dims.
+        InferenceData with groups posterior (the drawn parameters), constant_data (those
+        held at their estimate: ``sigma``, ``alpha``, and ISBOR's ``thresholds``; for
+        ISBOR/SBOR also ``location``, each relevance vector's training row in the user's
+        feature units, dims (relevance_vector, feature)),
+        log_likelihood, posterior_predictive, observed_data; dims ``chain``, ``draw``,
+        ``obs_id`` and the model's parameter dims.
 
     Raises:
         TypeError: the model has no posterior (SVMs, perceptrons).
@@ -330,7 +345,7 @@ def to_inference_data(model, X, y, *, draws: int = 500, chains: int = 4, key=Non
         >>> X, y, _ = make_ordinal_probit(200, 2, 3, seed=0)
         >>> idata = to_inference_data(OrdinalProbit().fit(X, y), X, y, draws=100)
         >>> sorted(idata.groups())
-        ['log_likelihood', 'observed_data', 'posterior', 'posterior_predictive']
+        ['constant_data', 'log_likelihood', 'observed_data', 'posterior', 'posterior_predictive']
     """
     import arviz as az
 
@@ -374,8 +389,9 @@ def to_inference_data(model, X, y, *, draws: int = 500, chains: int = 4, key=Non
         return a.reshape((chains, draws) + a.shape[1:])
 
     posterior = {k: per_chain(v) for k, v in params.items()}
-    for name, value in post.fixed.items():
-        posterior[name] = np.broadcast_to(value, (chains, draws) + np.shape(value)).copy()
+    # Values held at their estimate (the noise, the prior precisions, ISBOR's thresholds) are
+    # constants, not draws: in the posterior group they would get NaN r_hat and warnings.
+    constants = {name: np.asarray(value) for name, value in post.fixed.items()}
     dims = {k: list(v) for k, v in post.dims.items()}
     dims["y"] = ["obs_id"]
     coords = dict(post.coords)
@@ -387,6 +403,7 @@ def to_inference_data(model, X, y, *, draws: int = 500, chains: int = 4, key=Non
         log_likelihood={"y": per_chain(loglik)},
         posterior_predictive={"y": per_chain(values[pred])},
         observed_data={"y": values[codes]},
+        constant_data=constants,
         coords=coords, dims=dims, attrs=attrs,
     )
 

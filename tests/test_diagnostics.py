@@ -1,5 +1,7 @@
 """ArviZ export and PSIS-LOO: draws, log-likelihood and predictive checked against SciPy."""
 
+import warnings
+
 import arviz as az
 import numpy as np
 import pytest
@@ -39,15 +41,22 @@ def idata(model, data):
 
 def test_groups_dims_and_coords(idata, model):
     assert set(idata.groups()) == {"posterior", "log_likelihood", "posterior_predictive",
-                                   "observed_data"}
+                                   "observed_data", "constant_data"}
     post = idata.posterior
     assert post["coef"].dims == ("chain", "draw", "feature")
     assert post["coef"].shape == (4, 500, D)
     assert list(post["thresholds"].coords["cut"].values) == ["1|2", "2|3", "3|4"]
     assert idata.log_likelihood["y"].shape == (4, 500, N)
     assert idata.posterior_predictive["y"].shape == (4, 500, N)
-    np.testing.assert_array_equal(post["alpha"].values[0, 0], model.alpha_)
-    assert float(post["sigma"].values[1, 3]) == 1.0
+    # Constants are data, not draws: no NaN r_hat or warnings from az.summary.
+    assert "alpha" not in post and "sigma" not in post
+    np.testing.assert_array_equal(idata.constant_data["alpha"].values, model.alpha_)
+    assert idata.constant_data["alpha"].dims == ("feature",)
+    np.testing.assert_array_equal(idata.constant_data["sigma"].values, [1.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        table = az.summary(idata)
+    assert np.all(np.isfinite(table["r_hat"]))
 
 
 def test_draws_match_laplace_posterior(idata, model):
@@ -270,6 +279,12 @@ def test_isbor_result_exports_like_the_estimator(isbor_fit):
     np.testing.assert_allclose(a.log_likelihood["y"].values, b.log_likelihood["y"].values, rtol=1e-12)
     np.testing.assert_array_equal(a.posterior["weights"].coords["relevance_vector"].values,
                                   model.relevance_indices_)
+    # Held values are constants; each relevance vector is located in the user's feature units.
+    assert set(a.posterior.data_vars) == {"weights"}
+    assert set(a.constant_data.data_vars) == {"thresholds", "sigma", "alpha", "location"}
+    loc = a.constant_data["location"]
+    assert loc.dims == ("relevance_vector", "feature")
+    np.testing.assert_allclose(loc.values, X[model.relevance_indices_], rtol=1e-12, atol=1e-12)
 
 
 def test_loo_handles_rows_with_flat_log_likelihood():
