@@ -79,6 +79,10 @@ def test_split_conformal_sets_of_every_estimator_cover_held_out_rows(est):
     np.testing.assert_allclose(P.sum(axis=1), 1.0, atol=1e-9)
     lo, hi, sd = est.predict_proba_interval(X_STD[TEST[:50]])
     assert np.all((0 <= lo) & (lo <= hi) & (hi <= 1)) and np.all(sd >= 0)
+    # The same ordinal summaries from every model.
+    np.testing.assert_allclose(est.predict_cumproba(X_STD[TEST[:50]]), np.cumsum(P, axis=1)[:, :-1],
+                               atol=1e-9)
+    np.testing.assert_allclose(est.predict_expected(X_STD[TEST[:50]]), P @ est.classes_, atol=1e-9)
 
 
 @pytest.mark.slow

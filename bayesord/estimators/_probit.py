@@ -221,15 +221,6 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
             raise ValueError(f"rule must be 'mode' or 'median', got {rule!r}")
         return self._decode(idx)
 
-    def predict_expected(self, X):
-        """Expected label: ``sum_k P(y=k) c_k`` over the class values ``c_k`` when the classes
-        are numeric, else over class positions 1..K."""
-        proba = self.predict_proba(X)
-        values = np.asarray(self.classes_)
-        if values.dtype.kind not in "biuf":
-            values = np.arange(1, len(values) + 1)
-        return proba @ values.astype(np.float64)
-
     def predict_proba_interval(self, X, level=0.95):
         """Central credible band of each class probability under the posterior.
 

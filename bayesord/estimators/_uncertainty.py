@@ -83,6 +83,20 @@ class UncertaintyMixin:
     # have the shape of the calibration rows and compile once.
     _zero_weight_drops_row = False
 
+    def predict_cumproba(self, X):
+        """Cumulative probabilities ``P(y <= classes_[k])`` for k < K-1, shape (n, K-1)
+        (a margin model's need :meth:`calibrate` first)."""
+        return np.cumsum(self.predict_proba(X), axis=1)[:, :-1]
+
+    def predict_expected(self, X):
+        """Expected label: ``sum_k P(y=k) c_k`` over the class values ``c_k`` when the classes
+        are numeric, else over class positions 1..K (a margin model's needs :meth:`calibrate`)."""
+        proba = self.predict_proba(X)
+        values = np.asarray(self.classes_)
+        if values.dtype.kind not in "biuf":
+            values = np.arange(1, len(values) + 1)
+        return proba @ values.astype(np.float64)
+
     def _predicted_codes(self, X):
         """Class codes of the point predictions (the anchor of every set)."""
         return self._encode_y(self.predict(X), np.shape(X)[0])
