@@ -175,12 +175,15 @@ def part_sets(args, names):
                 lo_k = np.vectorize(pos.get)(lower)
                 hi_k = np.vectorize(pos.get)(upper)
                 for score in ("lac", "aps"):
-                    sets = _mapie_sets(model, Xrest[cal], y[cal], Xrest[te], alphas, score)
                     for j, a in enumerate(alphas):
-                        s = sets[:, :, j]
-                        acc[a][f"{score}_cov"].append(float(np.mean(s[np.arange(len(te)), [pos[v] for v in y[te]]])))
-                        acc[a][f"{score}_size"].append(float(s.sum(axis=1).mean()))
-                        acc[a][f"{score}_gappy"].append(_gappy(s))
+                        try:  # MAPIE needs n_cal > 1/alpha, one row more than the guarantee does
+                            s = _mapie_sets(model, Xrest[cal], y[cal], Xrest[te], [a], score)[:, :, 0]
+                        except ValueError:
+                            s = None
+                        acc[a][f"{score}_cov"].append(np.nan if s is None else float(
+                            np.mean(s[np.arange(len(te)), [pos[v] for v in y[te]]])))
+                        acc[a][f"{score}_size"].append(np.nan if s is None else float(s.sum(axis=1).mean()))
+                        acc[a][f"{score}_gappy"].append(np.nan if s is None else _gappy(s))
                 for j, a in enumerate(alphas):
                     acc[a]["cov"].append(float(np.mean((lower[:, j] <= yt[:, 0]) & (yt[:, 0] <= upper[:, j]))))
                     acc[a]["size"].append(float(np.mean(hi_k[:, j] - lo_k[:, j] + 1)))
@@ -189,7 +192,8 @@ def part_sets(args, names):
                 if not acc[a]["cov"]:
                     continue
                 row = {"data": name, "model": label, "alpha": a,
-                       **{k: float(np.mean(v)) for k, v in acc[a].items()}, "splits": len(acc[a]["cov"]),
+                       **{k: float(np.mean(v)) if not np.all(np.isnan(v)) else None for k, v in acc[a].items()},
+                       "splits": len(acc[a]["cov"]),
                        "skipped": skipped}
                 records.append(row)
                 rows.append(row)
@@ -208,15 +212,23 @@ def part_sets(args, names):
                             "min cov": float(np.min([r["cov"] for r in sel])),
                             "cov in band": sum(1 - a - 0.005 <= r["cov"] <= 1 - a + 0.03 for r in sel),
                             "size": float(np.mean([r["size"] for r in sel])),
-                            "aps size": float(np.mean([r["aps_size"] for r in sel])),
-                            "lac size": float(np.mean([r["lac_size"] for r in sel])),
-                            "not larger than aps": sum(r["size"] <= r["aps_size"] + 1e-12 for r in sel),
-                            "aps gappy": float(np.mean([r["aps_gappy"] for r in sel])),
-                            "lac gappy": float(np.mean([r["lac_gappy"] for r in sel]))})
+                            "aps size": _mean_of(sel, "aps_size"), "lac size": _mean_of(sel, "lac_size"),
+                            "aps cov": _mean_of(sel, "aps_cov"), "lac cov": _mean_of(sel, "lac_cov"),
+                            "not larger than aps": sum(r["aps_size"] is not None and r["size"] <= r["aps_size"] + 1e-12
+                                                       for r in sel),
+                            "with aps": sum(r["aps_size"] is not None for r in sel),
+                            "aps gappy": _mean_of(sel, "aps_gappy"), "lac gappy": _mean_of(sel, "lac_gappy")})
     print("\nsets: summary over the data sets (coverage band [1 - alpha - 0.005, 1 - alpha + 0.03])")
     print_table(summary, ["model", "alpha", "sets", "mean cov", "min cov", "cov in band", "size",
-                          "aps size", "lac size", "not larger than aps", "aps gappy", "lac gappy"])
+                          "aps cov", "aps size", "lac cov", "lac size", "not larger than aps", "with aps",
+                          "aps gappy", "lac gappy"])
     return {"rows": records, "summary": summary}
+
+
+def _mean_of(rows, key):
+    """Mean of ``key`` over the rows that have it (MAPIE refuses the smallest calibration parts)."""
+    vals = [r[key] for r in rows if r[key] is not None]
+    return float(np.mean(vals)) if vals else None
 
 
 def part_proba(args, names):
