@@ -27,7 +27,7 @@ their default width search takes minutes per fit on 2 cores.
 
 Run: ``python benchmarks/uncertainty_bench.py`` (``--parts sets,proba,cost``; ``--quick``:
 3 data sets, 2 splits).  Prints the tables and writes
-``benchmarks/results/uncertainty.json``.  Needs ``pip install -e ".[benchmark]"``.
+``benchmarks/results/uncertainty.json`` (``uncertainty_TAG.json`` with ``--tag TAG``).  Needs ``pip install -e ".[benchmark]"``.
 """
 
 from __future__ import annotations
@@ -311,6 +311,7 @@ def main(argv=None):
     p.add_argument("--parts", default="sets,proba,cost")
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--data", help="comma-separated data set names (default: every dense set)")
+    p.add_argument("--tag", help="write results/uncertainty_TAG.json (parts run separately)")
     args = p.parse_args(argv)
     args.models = args.models.split(",")
     names = args.data.split(",") if args.data else [n for n, k in SHARED_DATASETS.items()
@@ -325,7 +326,7 @@ def main(argv=None):
         out["proba"] = part_proba(args, names)
     if "cost" in parts:
         out["cost"] = part_cost(args)
-    write_json("uncertainty", out)
+    write_json("uncertainty" if args.tag is None else f"uncertainty_{args.tag}", out)
 
 
 if __name__ == "__main__":
