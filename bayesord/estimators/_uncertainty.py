@@ -54,10 +54,10 @@ def check_cv(cv):
 def fold_indices(codes, cv, random_state):
     """Stratified folds of labelled rows for cross-fitting: (train, test) index pairs.
 
-    Every class stays in every training part: a class with a single row never has it held
-    out (that row is scored by a model that saw it, the one row of the data where that
-    happens, rather than by one that cannot place its class), and the number of folds is
-    at most the smallest count of the other classes.
+    Every class stays in every training part.  The row of a class that has only one is
+    never held out: it is scored by a model that saw it (rather than by one that cannot
+    place its class).  The number of folds is at most the smallest count of the other
+    classes.
 
     Raises:
         ValueError: no class has two rows.
@@ -67,8 +67,6 @@ def fold_indices(codes, cv, random_state):
     if multi.size == 0:
         raise ValueError("cross-fitting needs a class with at least 2 rows")
     k = min(cv, int(counts[counts >= 2].min()))
-    if k < 2:
-        raise ValueError("cross-fitting needs at least 2 rows of some class")
     seed = 0 if random_state is None else random_state
     folds = kfold_indices(codes[multi], k=k, seed=seed)
     n = codes.shape[0]
@@ -225,10 +223,12 @@ class UncertaintyMixin:
             lower, upper = credible_windows(proba, anchor, alphas)
         else:
             if mondrian:
-                K = len(self.classes_)
-                q = np.stack([conformal_quantile(cal.scores[cal.labels == k], alphas)
-                              if np.any(cal.labels == k) else _no_rows(self.classes_[k])
-                              for k in range(K)], axis=1)
+                q = np.empty((alphas.size, len(self.classes_)))
+                for k, label in enumerate(self.classes_):
+                    if not np.any(cal.labels == k):
+                        raise ValueError(f"mondrian sets need calibration rows of every class; class "
+                                         f"{label!r} has none")
+                    q[:, k] = conformal_quantile(cal.scores[cal.labels == k], alphas)
             else:
                 q = conformal_quantile(cal.scores, alphas)
             lower, upper = sets_from_scores(conformity_scores(proba, anchor, cal.score), q, anchor)
@@ -264,7 +264,3 @@ class UncertaintyMixin:
 
 def _rows(X, idx):
     return X.iloc[idx] if hasattr(X, "iloc") else X[idx]
-
-
-def _no_rows(label):
-    raise ValueError(f"mondrian sets need calibration rows of every class; class {label!r} has none")
