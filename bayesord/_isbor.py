@@ -343,12 +343,6 @@ def _link_terms(Phi, w, y, weights, b, sigma, cfg):
 _ROW_CHUNK = 4096
 _LONG_ROW = 16384
 
-# Gains within this relative distance of the best count as tied, and the first such
-# candidate wins: rounding (of two equivalent standardisations of the same columns, or of
-# duplicated rows) then cannot decide which basis function enters.  A tie with a positive
-# best must itself be positive (else a tiny best gain would stop the fit).
-_TIE_RTOL = 1e-6
-
 
 def weighted_sq_rows(K, h):
     """``sum_n K[b, n]**2 h[n]`` for every row b (in column chunks for long rows)."""
@@ -631,9 +625,7 @@ def fit_isbor(X, y, weights, cand_index, cand_valid, key, theta, *, config: ISBO
         S, Q = _by_tier(n_active, cap, lambda T: candidate_stats(
             block_rows, s.Phi[:, :T], s.fit.chol[:T, :T], H, Ht, n_pad, block))
         gain, action, a_new = _gains(S, Q, s.slot_of, s.alpha, eligible & ~s.barred, n_active)
-        top = jnp.max(gain)
-        tied = (gain >= top - _TIE_RTOL * (1.0 + jnp.abs(top))) & ((gain > 0) == (top > 0))
-        j = jnp.argmax(tied).astype(jnp.int32)
+        j = jnp.argmax(gain).astype(jnp.int32)
         best = gain[j]
         act = jnp.where(best > 0, action[j], Action.NONE)
         act = jnp.where((act == Action.REESTIMATE) & (a_new[j] > alpha_max), Action.PRUNE, act)
