@@ -353,7 +353,7 @@ def test_sbor_on_labels_without_signal_ends_at_the_class_frequencies():
         r64, r32 = fits[jnp.float64], fits[jnp.float32]
         # float32 ends within 2e-6 (relative) at theta 0.01 and 1, and 2.0e-4 at theta 10,
         # where the kernel matrix is nearly the identity and float32 stops on a flatter
-        # evidence (measured on the 2-core CI machine; the failure it guards against was 5x).
+        # evidence (measured on the 2-core CI machine; the bug this guards against was sixfold).
         np.testing.assert_allclose(float(r32.log_evidence), float(r64.log_evidence), rtol=1e-3)
         if theta < 1:  # wide kernels on the standardised columns
             assert int(r64.n_active) == 1 and float(r64.alpha[0]) == pytest.approx(1e10)
