@@ -70,16 +70,15 @@ class ProbaLayerMixin(BootstrapMixin):
                              f"layer of {type(self).__name__} must place every class: calibrate on "
                              "more rows, or by cross-fitting on the training rows (cv=5)")
         proba = np.empty((codes.shape[0], K))
-        seed = None if random_state is None else int(random_state)
         # Each fold's layer is the full problem with the held-out rows at weight zero, which
         # is exact for the probit (weighted sums throughout), and every fit has one shape,
         # so the layer compiles once.
         for train, test in fold_indices(codes, cv or _LAYER_FOLDS, random_state):
             weights = np.zeros(codes.shape[0])
             weights[train] = 1.0
-            layer = _layer(K, seed).fit(values, codes, sample_weight=weights)
+            layer = _layer(K, random_state).fit(values, codes, sample_weight=weights)
             proba[test] = layer.predict_proba(values[test])
-        self.proba_layer_ = _layer(K, seed).fit(values, codes)
+        self.proba_layer_ = _layer(K, random_state).fit(values, codes)
         return proba
 
     @available_if(_calibrated)

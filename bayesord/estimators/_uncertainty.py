@@ -158,16 +158,20 @@ class UncertaintyMixin:
             cv: None (held-out rows) or the number of folds.
             score: ``"aps"`` (ordinal adaptive prediction sets, the default) or ``"cdf"``
                 (two-sided cumulative score).
-            random_state: seed of the folds.
+            random_state: seed (int) of the folds and of the probability layer's draws.
 
         Returns:
             self.
 
         Raises:
+            TypeError: ``random_state`` is not an int or None.
             ValueError: fewer calibration rows than classes, a label not in ``classes_``,
                 an unknown ``score`` or a bad ``cv``.
         """
         check_is_fitted(self, "classes_")
+        if random_state is not None and (isinstance(random_state, bool)
+                                         or not isinstance(random_state, (int, np.integer))):
+            raise TypeError(f"random_state must be an int or None, got {type(random_state).__name__}")
         if score not in SCORES:
             raise ValueError(f"score must be one of {SCORES}, got {score!r}")
         cv = check_cv(cv)
