@@ -271,3 +271,30 @@ def test_a_margin_model_without_calibration_rows_of_a_class_says_so():
     one = np.concatenate([rows, CAL[Y_ALL[CAL] == 4][:1]])
     lower, upper = est.calibrate(X_STD[one], Y_ALL[one]).predict_set(X_STD[TEST], 0.1)
     assert np.all(lower <= upper)
+
+
+# Split conformal end to end, 200 times: one fitted model, then 200 random calibration and
+# test parts drawn from a pool of fresh rows, each calibrated from scratch (for a margin
+# model: its probability layer too).  The guarantee is marginal over those draws.
+@pytest.mark.slow
+@pytest.mark.parametrize("est", [pytest.param(e, id=type(e).__name__) for e in BAYES + MARGIN])
+def test_calibrate_then_predict_set_covers_in_its_band_over_200_calibrations(est):
+    est = _fit(est)
+    pool = np.arange(700, 2400)
+    rng = np.random.default_rng(1)
+    n_cal, n_test, reps = 99, 200, 200
+    alphas = np.array([0.05, 0.1, 0.2])
+    coverage = np.empty((reps, 3))
+    for r in range(reps):
+        rows = rng.permutation(pool)[:n_cal + n_test]
+        cal, test = rows[:n_cal], rows[n_cal:]
+        est.calibrate(X_STD[cal], Y_ALL[cal])
+        lower, upper = est.predict_set(X_STD[test], alphas)
+        coverage[r] = _covered(lower, upper, Y_ALL[test]).mean(axis=0)
+    mean = coverage.mean(axis=0)
+    se = coverage.std(axis=0, ddof=1) / np.sqrt(reps)
+    assert np.all(mean >= 1 - alphas - 3.5 * se), mean
+    # Upper end: 1 - alpha + 1/(n_cal + 1), unless the point predictions alone cover more
+    # (every set holds the prediction; see docs/uncertainty.md).
+    accuracy = np.mean(est.predict(X_STD[pool]) == Y_ALL[pool])
+    assert np.all(mean <= np.maximum(1 - alphas + 1 / (n_cal + 1), accuracy) + 3.5 * se), mean
