@@ -298,3 +298,12 @@ def test_calibrate_then_predict_set_covers_in_its_band_over_200_calibrations(est
     # (every set holds the prediction; see docs/uncertainty.md).
     accuracy = np.mean(est.predict(X_STD[pool]) == Y_ALL[pool])
     assert np.all(mean <= np.maximum(1 - alphas + 1 / (n_cal + 1), accuracy) + 3.5 * se), mean
+
+
+@pytest.mark.parametrize("cv", [None, 3])
+def test_a_class_with_one_row_gets_a_finite_score_in_every_calibration(cv):
+    """esl's lowest class has two rows, so a calibration or training part may hold one."""
+    rows = np.concatenate([CAL[Y_ALL[CAL] != 1], CAL[Y_ALL[CAL] == 1][:1]])
+    est = _fit(CuSumRank(random_state=0), rows=rows if cv else TRAIN)
+    est.calibrate(X_STD[rows], Y_ALL[rows], cv=cv, random_state=0)
+    assert np.all(np.isfinite(est.conformal_.scores)) and np.all(est.conformal_.scores <= 1 + 1e-9)

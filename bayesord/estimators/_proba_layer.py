@@ -24,7 +24,7 @@ from sklearn.utils._available_if import available_if
 
 from ._bootstrap import BootstrapMixin
 from ._probit import OrdinalProbit
-from ._uncertainty import fold_indices
+from ._uncertainty import fold_indices, never_held_out
 
 __all__ = ["ProbaLayerMixin"]
 
@@ -73,12 +73,16 @@ class ProbaLayerMixin(BootstrapMixin):
         # Each fold's layer is the full problem with the held-out rows at weight zero, which
         # is exact for the probit (weighted sums throughout), and every fit has one shape,
         # so the layer compiles once.
-        for train, test in fold_indices(codes, cv or _LAYER_FOLDS, random_state):
+        folds = fold_indices(codes, cv or _LAYER_FOLDS, random_state)
+        for train, test in folds:
             weights = np.zeros(codes.shape[0])
             weights[train] = 1.0
             layer = _layer(K, random_state).fit(values, codes, sample_weight=weights)
             proba[test] = layer.predict_proba(values[test])
         self.proba_layer_ = _layer(K, random_state).fit(values, codes)
+        kept = never_held_out(folds, codes.shape[0])  # a class's only row: every layer saw it
+        if kept.size:
+            proba[kept] = self.proba_layer_.predict_proba(values[kept])
         return proba
 
     @available_if(_calibrated)

@@ -25,7 +25,7 @@ from ..uncertainty import (
 )
 from ..datasets import kfold_indices
 
-__all__ = ["ConformalCalibration", "UncertaintyMixin", "check_cv", "fold_indices"]
+__all__ = ["ConformalCalibration", "UncertaintyMixin", "check_cv", "fold_indices", "never_held_out"]
 
 
 class ConformalCalibration(NamedTuple):
@@ -73,6 +73,14 @@ def fold_indices(codes, cv, random_state):
     return [(np.setdiff1d(np.arange(n), multi[test]), multi[test]) for _, test in folds]
 
 
+def never_held_out(folds, n):
+    """The rows that no fold of :func:`fold_indices` holds out (single rows of a class)."""
+    held = np.zeros(n, dtype=bool)
+    for _, test in folds:
+        held[test] = True
+    return np.flatnonzero(~held)
+
+
 class UncertaintyMixin:
     """``calibrate``, ``predict_set`` and the calibration's persistence, for every estimator."""
 
@@ -111,28 +119,33 @@ class UncertaintyMixin:
         """(values, anchor) of the calibration rows from models that did not train on them.
 
         Split (``cv == 0``): the fitted model itself.  Cross-fitting: one clone per fold,
-        fitted on the other folds, predicts its held-out fold.
+        fitted on the other folds, predicts its held-out fold; a class's only row, which no
+        fold holds out (:func:`fold_indices`), is scored by the fitted model.
         """
         if cv == 0:
             return self._calibration_values(X), self._predicted_codes(X)
+        n = codes.shape[0]
+        labels = np.asarray(self.classes_)[codes]
+        folds = fold_indices(codes, cv, random_state)
+        kept = never_held_out(folds, n)
+        parts = [(kept, self._calibration_values(_rows(X, kept)), self._predicted_codes(_rows(X, kept)))
+                 ] if kept.size else []
         if getattr(self, "input_center_", None) is not None:
             # The copies fit what this model was fitted on: the standardised columns.
             X = (np.asarray(X, dtype=np.float64) - self.input_center_) / self.input_scale_
-        values = None
-        anchor = np.empty(codes.shape[0], dtype=np.int64)
-        labels = np.asarray(self.classes_)[codes]
-        for train, test in fold_indices(codes, cv, random_state):
+        for train, test in folds:
             if self._zero_weight_drops_row:
-                weights = np.zeros(codes.shape[0])
+                weights = np.zeros(n)
                 weights[train] = 1.0
                 model = clone(self).fit(X, labels, sample_weight=weights, classes=self.classes_)
             else:
                 model = clone(self).fit(_rows(X, train), labels[train], classes=self.classes_)
-            fold_values = model._calibration_values(_rows(X, test))
-            if values is None:
-                values = np.empty((codes.shape[0],) + fold_values.shape[1:])
-            values[test] = fold_values
-            anchor[test] = model._predicted_codes(_rows(X, test))
+            parts.append((test, model._calibration_values(_rows(X, test)), model._predicted_codes(_rows(X, test))))
+        values = np.empty((n,) + parts[-1][1].shape[1:])
+        anchor = np.empty(n, dtype=np.int64)
+        for rows, part_values, part_anchor in parts:
+            values[rows] = part_values
+            anchor[rows] = part_anchor
         return values, anchor
 
     def calibrate(self, X, y, *, cv=None, score="aps", random_state=None):
