@@ -518,6 +518,7 @@ def _calibration_files(tmp_path):
     return paths, frame[700:]
 
 
+@pytest.mark.slow
 def test_a_margin_model_calibrated_from_the_command_predicts_probabilities_and_sets(tmp_path, capsys):
     from bayesord import load_model
 
@@ -544,8 +545,8 @@ def test_a_margin_model_calibrated_from_the_command_predicts_probabilities_and_s
 
 @pytest.mark.parametrize("fit_extra, predict_extra, match", [
     ([], ["--set", "0.1"], "fitted without calibration"),
-    (["--calibrate", "3"], ["--set", "1.5"], "strictly between 0 and 1"),
-    (["--calibrate", "3"], ["--set", "ten"], "expected miscoverage rates"),
+    pytest.param(["--calibrate", "3"], ["--set", "1.5"], "strictly between 0 and 1", marks=pytest.mark.slow),
+    pytest.param(["--calibrate", "3"], ["--set", "ten"], "expected miscoverage rates", marks=pytest.mark.slow),
 ])
 def test_prediction_sets_from_the_command_say_what_is_missing(tmp_path, capsys, fit_extra, predict_extra, match):
     paths, _ = _calibration_files(tmp_path)

@@ -219,6 +219,7 @@ def test_the_bootstrap_spread_shrinks_as_n_grows():
     assert np.all((sds[1] / sds[0] > 0.5 * 0.65) & (sds[1] / sds[0] < 0.5 * 1.35)), sds
 
 
+@pytest.mark.slow
 def test_bootstrap_draws_summarise_export_and_travel_in_the_model_file(tmp_path):
     import pandas as pd
 
@@ -239,7 +240,8 @@ def test_bootstrap_draws_summarise_export_and_travel_in_the_model_file(tmp_path)
 @pytest.mark.parametrize("make, call, match", [
     (lambda: CuSumRank(random_state=0), lambda m: m.bootstrap(X_STD[TRAIN], Y_ALL[TRAIN]), "no bootstrap: it scales"),
     (TransductiveOrdinalRegression, lambda m: m.bootstrap(X_STD[TRAIN], Y_ALL[TRAIN]), "unlabeled rows"),
-    (lambda: RedSVM(kernel="rbf"), lambda m: m.bootstrap(X_STD[TRAIN], Y_ALL[TRAIN]), "kernel='linear'"),
+    pytest.param(lambda: RedSVM(kernel="rbf"), lambda m: m.bootstrap(X_STD[TRAIN], Y_ALL[TRAIN]),
+                 "kernel='linear'", marks=pytest.mark.slow),
     (RedSVM, lambda m: m.bootstrap(X_STD[TRAIN], Y_ALL[TRAIN], n_draws=1), "n_draws"),
     (RedSVM, lambda m: m.summary(), "call bootstrap"),
     (RedSVM, lambda m: m.to_inference_data(), "call bootstrap"),
@@ -263,6 +265,7 @@ def test_a_class_with_one_calibration_row_is_kept_in_every_training_fold():
         assert set(codes[train]) == {0, 1, 2, 3} and not set(train) & set(test)
 
 
+@pytest.mark.slow
 def test_a_margin_model_without_calibration_rows_of_a_class_says_so():
     est = _fit(CuSumRank(random_state=0))
     rows = CAL[Y_ALL[CAL] != 4]
@@ -300,7 +303,7 @@ def test_calibrate_then_predict_set_covers_in_its_band_over_200_calibrations(est
     assert np.all(mean <= np.maximum(1 - alphas + 1 / (n_cal + 1), accuracy) + 3.5 * se), mean
 
 
-@pytest.mark.parametrize("cv", [None, 3])
+@pytest.mark.parametrize("cv", [None, pytest.param(3, marks=pytest.mark.slow)])
 def test_a_class_with_one_row_gets_a_finite_score_in_every_calibration(cv):
     """esl's lowest class has two rows, so a calibration or training part may hold one."""
     rows = np.concatenate([CAL[Y_ALL[CAL] != 1], CAL[Y_ALL[CAL] == 1][:1]])
