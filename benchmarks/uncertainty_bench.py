@@ -198,6 +198,10 @@ def part_sets(args, names):
                 records.append(row)
                 rows.append(row)
             print(f"  {name} {label}: {seconds:.1f} s", file=sys.stderr)
+        # Hundreds of compiled programs in one process exhaust XLA:CPU's code memory (LLVM
+        # "Cannot allocate memory"); nothing compiled is worth keeping across data sets.
+        jax.clear_caches()
+        write_json(_json_name(args), {"partial": True, "sets": {"rows": records}})
     print("\nsets: coverage and mean size of bayesord's contiguous sets and MAPIE's (same probabilities)")
     print_table(rows, ["data", "model", "alpha", "cov", "size", "lac_cov", "lac_size", "aps_cov",
                        "aps_size", "aps_gappy", "lac_gappy"])
@@ -267,6 +271,7 @@ def part_proba(args, names):
                          "cum ECE": float(np.mean(r["cum"])),
                          "mord top": float(np.mean(ref["top"])), "mord cum": float(np.mean(ref["cum"]))})
         print(f"  {name}: done", file=sys.stderr)
+        jax.clear_caches()
     print("\nproba: calibrated margin-model probabilities (cv=5) against mord LogisticAT, test ECE")
     print_table(rows, ["data", "model", "top ECE", "cum ECE", "mord top", "mord cum"])
     wins = []
@@ -326,7 +331,11 @@ def main(argv=None):
         out["proba"] = part_proba(args, names)
     if "cost" in parts:
         out["cost"] = part_cost(args)
-    write_json("uncertainty" if args.tag is None else f"uncertainty_{args.tag}", out)
+    write_json(_json_name(args), out)
+
+
+def _json_name(args):
+    return "uncertainty" if args.tag is None else f"uncertainty_{args.tag}"
 
 
 if __name__ == "__main__":
