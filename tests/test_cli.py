@@ -130,7 +130,7 @@ def test_predict_reads_a_model_saved_in_python(tmp_path, capsys):
     assert main(["predict", str(tmp_path / "cusum.npz"), str(data), "--out", str(preds)]) == 0
     np.testing.assert_array_equal(pd.read_csv(preds)["prediction"], model.predict(frame))
     assert main(["predict", str(tmp_path / "cusum.npz"), str(data), "--proba"]) == 2
-    assert "CuSumRank, which gives labels and scores, not probabilities" in capsys.readouterr().err
+    assert "CuSumRank that was fitted without calibration, so it gives labels and scores only" in capsys.readouterr().err
 
 
 def test_compile_cache_location():
