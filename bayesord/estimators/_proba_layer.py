@@ -20,7 +20,7 @@ see those rows either (cross-fitted over the same folds), so the sets keep their
 from __future__ import annotations
 
 import numpy as np
-from sklearn.utils._available_if import available_if
+from sklearn.utils.metaestimators import available_if
 
 from ._bootstrap import BootstrapMixin
 from ._probit import OrdinalProbit
