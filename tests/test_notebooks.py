@@ -2,7 +2,8 @@
 
 Marked slow (each notebook fits models); CI runs them with ``python -m pytest -m slow``.
 The kernel starts in the repository root, so it imports this checkout's ``bayesord``
-and finds ``../shared/datasets``.
+and finds ``../shared/datasets``.  The notebooks compile with the optimisation a user's
+session gets, so CI runs the user's compiled code end to end at least there.
 """
 
 from pathlib import Path
@@ -24,6 +25,8 @@ def test_notebook_executes(path, datasets_dir, monkeypatch):
     nbclient = pytest.importorskip("nbclient")
     monkeypatch.setenv("MPLBACKEND", "Agg")
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    # Compiled as in a user's session (the other tests compile for speed: tests/conftest.py).
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
     nb = nbformat.read(path, as_version=4)
     client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
                                      resources={"metadata": {"path": str(ROOT)}})
