@@ -153,6 +153,7 @@ def test_help_and_argument_errors_do_not_import_jax(argv):
     assert done.stdout.split()[-1] == ("0" if "--help" in argv else "2")
 
 
+@pytest.mark.slow
 def test_the_library_keeps_compiled_programs_between_processes(tmp_path):
     """``bayesord.OrdinalProbit`` turns the on-disk cache on: a second process reads it."""
     cache = tmp_path / "cache"

@@ -159,6 +159,7 @@ def test_sklearn_clone_and_get_params():
     assert copy.get_params() == model.get_params()
 
 
+@pytest.mark.slow
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(n=st.integers(8, 40), d=st.integers(1, 3), k=st.integers(2, 4), seed=st.integers(0, 10_000),
        scale=st.floats(0.01, 100.0))

@@ -56,6 +56,7 @@ def test_a_failed_refit_leaves_the_estimator_unfitted(est, bad):
         est.predict(X0[:2])
 
 
+@pytest.mark.slow
 def test_a_refit_drops_what_only_the_earlier_fit_had():
     m = NPSVOR(Cs=(0.1, 1.0), cv=2, random_state=0).fit(X0, Y0)
     assert hasattr(m, "cv_results_") and hasattr(m, "intercept_")

@@ -136,6 +136,7 @@ def test_theta_auto_by_evidence_and_cv(data):
 
 
 @pytest.mark.parametrize("scoring", ["mae", "log_loss"])
+@pytest.mark.slow
 def test_theta_auto_by_cv_equals_separate_fold_fits(data, scoring):
     """CV scores are the pooled held-out MAE / log probability of one fit per fold (the
     fold's rows at weight 0), recomputed here from separate fits with NumPy."""

@@ -203,7 +203,8 @@ def test_csr_duplicates_and_unsorted_indices_are_summed(data):
     np.testing.assert_allclose(b.coef, a.coef, atol=1e-10)
 
 
-@pytest.mark.parametrize("solver", ["dcd2", pytest.param("block", marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("solver", ["dcd2", "block"])
 def test_chunks_and_unrolling_only_regroup_the_same_steps(data, solver):
     """Gathering a chunk of coordinates at once and unrolling must not change the solve."""
     X, y = data
@@ -232,6 +233,7 @@ def _grid_setup(data):
     return X, y, to_padded_rows(X, bias=1.0), NPSVORConfig(n_features=D + 1), jax.random.key(5)
 
 
+@pytest.mark.slow
 def test_grid_equals_separate_fits(data):
     X, y, E, cfg, key = _grid_setup(data)
     Cs = jnp.array([0.25, 1.0, 4.0])

@@ -163,7 +163,8 @@ def test_evidence_mode_is_a_stationary_point_of_the_evidence(data, prior):
     assert float(res.log_evidence) >= float(log_ev(res.thresholds, jnp.log(jnp.ones_like(la)))) - 1e-9
 
 
-def test_sample_weight_two_equals_duplicated_rows(data):
+@pytest.mark.parametrize("mode, thr_atol", [("joint", 1e-10), ("evidence", 1e-7)])
+def test_sample_weight_two_equals_duplicated_rows(data, mode, thr_atol):
     X, y, _ = data
     w = np.ones(len(y))
     w[:50] = 2.0
@@ -174,13 +175,12 @@ def test_sample_weight_two_equals_duplicated_rows(data):
     # the two inputs along different L-BFGS paths, so there the thresholds agree to the
     # optimiser's tolerance (a mishandled weight would move them by ~1e-2) and the
     # evidence itself to 1e-12.
-    for mode, thr_atol in (("joint", 1e-10), ("evidence", 1e-7)):
-        a = _fit(X, y, w=w, thresholds=mode)
-        b = _fit(Xd, yd, thresholds=mode)
-        np.testing.assert_allclose(a.coef, b.coef, rtol=1e-8)
-        np.testing.assert_allclose(a.thresholds, b.thresholds, rtol=1e-8, atol=thr_atol)
-        np.testing.assert_allclose(a.coef_cov, b.coef_cov, rtol=1e-7)
-        np.testing.assert_allclose(a.log_evidence, b.log_evidence, rtol=1e-12)
+    a = _fit(X, y, w=w, thresholds=mode)
+    b = _fit(Xd, yd, thresholds=mode)
+    np.testing.assert_allclose(a.coef, b.coef, rtol=1e-8)
+    np.testing.assert_allclose(a.thresholds, b.thresholds, rtol=1e-8, atol=thr_atol)
+    np.testing.assert_allclose(a.coef_cov, b.coef_cov, rtol=1e-7)
+    np.testing.assert_allclose(a.log_evidence, b.log_evidence, rtol=1e-12)
 
 
 @pytest.mark.slow
@@ -196,6 +196,7 @@ def test_vmap_over_alpha_equals_python_loop(data):
         np.testing.assert_allclose(batched.log_evidence[i], single.log_evidence, rtol=1e-10)
 
 
+@pytest.mark.slow
 def test_vmap_over_folds_as_weights_equals_sliced_fits(data):
     X, y, _ = data
     from bayesord.datasets import kfold_masks
@@ -209,6 +210,7 @@ def test_vmap_over_folds_as_weights_equals_sliced_fits(data):
         np.testing.assert_allclose(batched.thresholds[i], sliced.thresholds, rtol=1e-7)
 
 
+@pytest.mark.slow
 def test_jit_equals_no_jit_and_no_recompile(data):
     X, y, _ = data
     with jax.disable_jit():

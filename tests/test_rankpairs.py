@@ -277,6 +277,7 @@ def test_weights_equal_duplication_and_zero_weight_is_masking():
     assert np.sum((np.asarray(a.coef) - np.asarray(b.coef)) ** 2) <= 2 * 2e-5
 
 
+@pytest.mark.slow
 def test_vmap_over_C_equals_loop():
     X, codes = shared_problem(12, noise=2.0)
     n = N_SHARED

@@ -89,7 +89,9 @@ def test_ml_fit_on_raw_columns_matches_statsmodels_on_a_large_offset_csv():
     assert abs(mae - mae_sm) <= 0.005
 
 
-@pytest.mark.parametrize("name", ["swd", "era", "esl", "toy", "winequality_red"])
+# Two sets in the default run; the other three (each about 10 s of compiling) with `slow`.
+@pytest.mark.parametrize("name", ["esl", "toy"] + [pytest.param(n, marks=pytest.mark.slow)
+                                                   for n in ("swd", "era", "winequality_red")])
 def test_ml_fit_mae_equals_statsmodels_on_raw_shared_columns(datasets_dir, name):
     """Raw columns of shared data sets with n well above d, where the predictive mode and
     statsmodels' plug-in mode coincide (see docs/probit.md for the small-n sets)."""

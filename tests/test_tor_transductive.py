@@ -184,6 +184,7 @@ def test_mask_and_separate_unlabeled_agree_and_labels_map_back():
     assert a.n_swaps_ == a.swaps_per_stage_.sum()
 
 
+@pytest.mark.slow
 def test_class_ratios_set_the_transduced_class_counts():
     X, y = blobs(9, n=120)
     unl = np.arange(120) >= 30

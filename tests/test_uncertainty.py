@@ -56,9 +56,10 @@ def _check_sets(est, X, alphas):
     return lower, upper
 
 
-# OrdinalProbit and CuSumRank (one model of each kind) in the default run, the rest with `slow`.
+# OrdinalProbit in the default run, the rest with `slow` (a margin model's probability layer
+# and calibration run by default in test_the_calibration_travels_in_the_model_file).
 @pytest.mark.parametrize("est", [pytest.param(e, id=type(e).__name__,
-                                              marks=[] if type(e) in (OrdinalProbit, CuSumRank) else [pytest.mark.slow])
+                                              marks=[] if type(e) is OrdinalProbit else [pytest.mark.slow])
                                  for e in BAYES + MARGIN])
 def test_split_conformal_sets_of_every_estimator_cover_held_out_rows(est):
     """Fitted on 300 rows, calibrated on 400 others, tested on 1,700 more: coverage of each
