@@ -12,15 +12,28 @@ that import bayesord's models before compiling anything of their own.
 
 Only the standard library is imported here until :func:`enable` runs, so the command can
 answer ``--help`` without starting JAX.
+
+**Quick compilation for small problems.**  Most of a first fit on a few thousand rows is
+XLA:CPU compiling, and most of that is LLVM generating optimised code.  Without LLVM
+optimisation and with XLA's older loop emitters (:data:`QUICK_OPTIONS`), the evidence-mode
+probit fit on 4,096 x 11 rows compiles in 3.9 s instead of 7.7 s and then runs in 76 ms
+instead of 22 ms (at 10^5 rows: 4.4 s instead of 9.2 s, runs in 0.84 s instead of 0.27 s;
+results equal to rounding).  :func:`quick_variant` gives such a program where the backend
+accepts the options; models use it up to :data:`QUICK_MAX_ROWS` rows, where a fit's run
+time stays far below the compile time it saves.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import warnings
 from pathlib import Path
 
-__all__ = ["cache_dir", "enable"]
+__all__ = ["cache_dir", "enable", "QUICK_MAX_ROWS", "QUICK_OPTIONS", "quick_variant"]
+
+QUICK_MAX_ROWS = 16384
+QUICK_OPTIONS = {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False}
 
 
 def cache_dir(environ=None):
@@ -63,3 +76,29 @@ def enable():
     jax.config.update("jax_compilation_cache_dir", str(folder))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     return folder
+
+
+@functools.cache
+def _quick_options_accepted():
+    """Whether the default backend is XLA:CPU and compiles with :data:`QUICK_OPTIONS` (an
+    XLA version that renamed them refuses them; the models then compile as usual)."""
+    import jax
+
+    if jax.default_backend() != "cpu":
+        return False
+    try:
+        jax.jit(lambda x: x + 1, compiler_options=QUICK_OPTIONS).lower(0.0).compile()
+    except (TypeError, RuntimeError):  # jax.jit without compiler_options; an unknown option
+        return False
+    return True
+
+
+@functools.cache
+def quick_variant(jitted, static_argnames=()):
+    """The function behind ``jitted`` (a ``jax.jit`` function), jitted again with
+    :data:`QUICK_OPTIONS`, or ``jitted`` itself where the backend does not take them."""
+    import jax
+
+    if not _quick_options_accepted():
+        return jitted
+    return jax.jit(jitted.__wrapped__, static_argnames=static_argnames, compiler_options=QUICK_OPTIONS)

@@ -9,10 +9,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sklearn.exceptions import ConvergenceWarning
 
-from bayesord import OrdinalProbit
+from bayesord import OrdinalProbit, _compile_cache
+from bayesord._compile_cache import QUICK_MAX_ROWS
 from bayesord._probit import fit_probit, predict_probit
 from bayesord._shapes import MIN_ROWS, bucket_rows
 from bayesord.datasets import make_ordinal_probit
+from bayesord.estimators._probit import _fit_program, _predict_program
 
 X0, Y0, _ = make_ordinal_probit(120, 3, 3, seed=11, w=np.array([1.5, -1.0, 0.5]))
 
@@ -187,17 +189,28 @@ def test_row_buckets_are_few_and_pad_at_most_an_eighth(n):
     assert bucket_rows(size) == size
 
 
+def test_small_fits_use_the_quick_compiling_programs_and_large_ones_the_optimised():
+    """Up to QUICK_MAX_ROWS rows the model compiles for speed of compilation; a JAX whose
+    XLA:CPU no longer takes the options fails here instead of silently compiling slowly."""
+    assert _compile_cache._quick_options_accepted()
+    small, large = bucket_rows(100), bucket_rows(QUICK_MAX_ROWS + 1)
+    assert _fit_program(small) is not fit_probit and _predict_program(small) is not predict_probit
+    assert _fit_program(large) is fit_probit and _predict_program(large) is predict_probit
+    assert _fit_program(small) is _fit_program(bucket_rows(QUICK_MAX_ROWS))  # one program object
+
+
 @pytest.mark.parametrize("mode", ["joint", pytest.param("evidence", marks=pytest.mark.slow)])
 def test_nearby_row_counts_share_one_program_and_padding_changes_nothing(mode):
     """Fits on 100 and 104 rows (both padded to 104) compile once, and each equals the
     functional fit on its unpadded rows."""
     X, y, _ = make_ordinal_probit(104, 3, 4, seed=3, w=np.array([1.0, -0.5, 0.25]))
     X = X * [1.0, 100.0, 0.01] + [5.0, -300.0, 2.0]
+    program = _fit_program(104)
     models, sizes = {}, []
     for n in (100, 104):
         models[n] = OrdinalProbit(thresholds=mode).fit(X[:n], y[:n])
-        sizes.append(fit_probit._cache_size())
-    assert sizes[1] == sizes[0]
+        sizes.append(program._cache_size())
+    assert sizes[0] >= 1 and sizes[1] == sizes[0]
     for n, model in models.items():
         ref = fit_probit(X[:n], y[:n] - 1, np.ones(n), 1.0, model._tol(np.float64),
                          config=model._config(), n_classes=4)

@@ -13,6 +13,7 @@ from .._probit import (
     predict_probit,
     thresholds_at_zero,
 )
+from .._compile_cache import QUICK_MAX_ROWS, quick_variant
 from .._shapes import bucket_rows, pad_rows
 from .._status import check_status, warn_user
 from .._validation import dependent_columns, float_dtype
@@ -20,6 +21,17 @@ from ._base import OrdinalEstimator, SavableMixin, fresh_fit, posterior_table, t
 from ._uncertainty import UncertaintyMixin
 
 __all__ = ["OrdinalProbit"]
+
+
+def _fit_program(n_rows):
+    """``fit_probit`` for ``n_rows`` (padded) rows: compiled for speed of compilation up to
+    ``QUICK_MAX_ROWS`` rows (a first fit there is mostly compiling), fully optimised above."""
+    return fit_probit if n_rows > QUICK_MAX_ROWS else quick_variant(fit_probit, ("config", "n_classes"))
+
+
+def _predict_program(n_rows):
+    """``predict_probit`` for ``n_rows`` (padded) rows, as :func:`_fit_program`."""
+    return predict_probit if n_rows > QUICK_MAX_ROWS else quick_variant(predict_probit, ("link",))
 
 
 class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
@@ -156,8 +168,8 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
                           "column of each group, or give alpha > 0")
         # Rows of weight zero up to a bucket size: fits of nearby sizes share one program.
         X, codes, sw = pad_rows(bucket_rows(X.shape[0]), X.astype(dtype), codes, sw.astype(dtype))
-        res = fit_probit(X, codes, sw, alpha.astype(dtype), tol, config=config,
-                         n_classes=len(self.classes_))
+        res = _fit_program(X.shape[0])(X, codes, sw, alpha.astype(dtype), tol, config=config,
+                                       n_classes=len(self.classes_))
         check_status(res.status, "OrdinalProbit.fit")
         self._set_result(jax.tree_util.tree_map(np.asarray, res))
         self.log_evidence_ = float(res.log_evidence)
@@ -183,7 +195,7 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         res = jax.tree_util.tree_map(lambda a: np.asarray(a, float_dtype()), self.result_)
         n = X.shape[0]
         (X,) = pad_rows(bucket_rows(n), X.astype(float_dtype()))
-        return jax.tree_util.tree_map(lambda a: a[:n], predict_probit(res, X, link=self.link))
+        return jax.tree_util.tree_map(lambda a: a[:n], _predict_program(X.shape[0])(res, X, link=self.link))
 
     def predict_proba(self, X):
         """Class probabilities, shape (n, K), columns in ``classes_`` order, rows summing to 1.
