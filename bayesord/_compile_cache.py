@@ -19,8 +19,8 @@ optimisation and with XLA's older loop emitters (:data:`QUICK_OPTIONS`), the evi
 probit fit on 4,096 x 11 rows compiles in 3.9 s instead of 7.7 s and then runs in 76 ms
 instead of 22 ms (at 10^5 rows: 4.4 s instead of 9.2 s, runs in 0.84 s instead of 0.27 s;
 results equal to rounding).  :func:`quick_variant` gives such a program where the backend
-accepts the options; models use it up to :data:`QUICK_MAX_ROWS` rows, where a fit's run
-time stays far below the compile time it saves.
+accepts the options, and :func:`program_for_rows` picks it up to :data:`QUICK_MAX_ROWS`
+rows, where a fit's run time stays far below the compile time it saves.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import os
 import warnings
 from pathlib import Path
 
-__all__ = ["cache_dir", "enable", "QUICK_MAX_ROWS", "QUICK_OPTIONS", "quick_variant"]
+__all__ = ["cache_dir", "enable", "QUICK_MAX_ROWS", "QUICK_OPTIONS", "quick_variant", "program_for_rows"]
 
 QUICK_MAX_ROWS = 16384
 QUICK_OPTIONS = {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False}
@@ -102,3 +102,9 @@ def quick_variant(jitted, static_argnames=()):
     if not _quick_options_accepted():
         return jitted
     return jax.jit(jitted.__wrapped__, static_argnames=static_argnames, compiler_options=QUICK_OPTIONS)
+
+
+def program_for_rows(jitted, n_rows, static_argnames=()):
+    """``jitted`` for a problem of ``n_rows`` rows: its :func:`quick_variant` up to
+    :data:`QUICK_MAX_ROWS` rows (a first call there is mostly compiling), itself above."""
+    return jitted if n_rows > QUICK_MAX_ROWS else quick_variant(jitted, tuple(static_argnames))

@@ -5,17 +5,20 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from bayesord._compile_cache import QUICK_OPTIONS
+
 # XLA:CPU's multi-threaded Eigen kernels can deadlock batched (vmap-ed) solver loops with
 # jax 0.10 on small machines; single-threaded Eigen avoids it at little cost on 2 cores.
 _USER_XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false"
 # The default run spends most of its time compiling small problems, so it compiles for
-# speed of compilation: no LLVM optimisation and XLA's older loop emitters halve the
+# speed of compilation with the options small probit fits use (QUICK_OPTIONS; that module
+# imports nothing of JAX's): no LLVM optimisation and XLA's older loop emitters halve the
 # compile time of a fit (7.7 s -> 3.9 s for the evidence-mode probit at n = 4,096), for
 # compiled code that runs about 3.5x slower (22 -> 76 ms for that fit) and results equal to
 # rounding.  The slow run (`-m slow`: long reference checks, larger problems, notebooks)
 # compiles as a user's session does.  XLA_FLAGS set by the caller are left alone.
-_FAST_COMPILE_XLA_FLAGS = (_USER_XLA_FLAGS + " --xla_cpu_use_fusion_emitters=false"
-                           " --xla_backend_optimization_level=0")
+_FAST_COMPILE_XLA_FLAGS = " ".join([_USER_XLA_FLAGS] + [f"--{name}={str(value).lower()}"
+                                                          for name, value in QUICK_OPTIONS.items()])
 _CALLER_XLA_FLAGS = "XLA_FLAGS" in os.environ
 # Each test run compiles into a new, empty cache folder of its own (or the one that
 # BAYESORD_COMPILE_CACHE names, as .ci/run does for both suites), made here in the main

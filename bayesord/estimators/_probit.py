@@ -13,7 +13,7 @@ from .._probit import (
     predict_probit,
     thresholds_at_zero,
 )
-from .._compile_cache import QUICK_MAX_ROWS, quick_variant
+from .._compile_cache import program_for_rows
 from .._shapes import bucket_rows, pad_rows
 from .._status import check_status, warn_user
 from .._validation import dependent_columns, float_dtype
@@ -24,14 +24,13 @@ __all__ = ["OrdinalProbit"]
 
 
 def _fit_program(n_rows):
-    """``fit_probit`` for ``n_rows`` (padded) rows: compiled for speed of compilation up to
-    ``QUICK_MAX_ROWS`` rows (a first fit there is mostly compiling), fully optimised above."""
-    return fit_probit if n_rows > QUICK_MAX_ROWS else quick_variant(fit_probit, ("config", "n_classes"))
+    """``fit_probit`` as compiled for ``n_rows`` (padded) rows (see ``program_for_rows``)."""
+    return program_for_rows(fit_probit, n_rows, ("config", "n_classes"))
 
 
 def _predict_program(n_rows):
-    """``predict_probit`` for ``n_rows`` (padded) rows, as :func:`_fit_program`."""
-    return predict_probit if n_rows > QUICK_MAX_ROWS else quick_variant(predict_probit, ("link",))
+    """``predict_probit`` as compiled for ``n_rows`` (padded) rows."""
+    return program_for_rows(predict_probit, n_rows, ("link",))
 
 
 class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
