@@ -24,6 +24,8 @@ __version__ = "0.1.0"
 _SUBMODULES = ("calibration", "datasets", "diagnostics", "metrics", "uncertainty")
 _EXPORTS = {
     "._isbor": ("ISBORConfig", "ISBORPrediction", "ISBORResult", "fit_isbor", "fit_sbor", "predict_isbor"),
+    "._mixed": ("MixedConfig", "MixedPrediction", "MixedResult", "fit_mixed", "predict_mixed",
+                 "sample_class_probs_mixed"),
     "._npsvor": ("NPSVORConfig", "NPSVORResult", "cv_npsvor", "fit_npsvor", "predict_r_new", "predict_r_old"),
     "._perceptron": ("KernelPerceptronResult", "PerceptronConfig", "PerceptronResult",
                      "fit_kernel_perceptron", "fit_perceptron"),
@@ -36,7 +38,7 @@ _EXPORTS = {
     "._tor": ("TORConfig", "TORResult", "fit_tor"),
     "._validation": ("ColumnScaleWarning",),
     ".diagnostics": ("to_inference_data",),
-    ".estimators": ("ISBOR", "NPSVOR", "CuSumRank", "OrdinalProbit", "PRank", "RedSVM", "SBOR",
+    ".estimators": ("ISBOR", "NPSVOR", "CuSumRank", "OrdinalMixed", "OrdinalProbit", "PRank", "RedSVM", "SBOR",
                     "SwappedPairsSVM", "TransductiveOrdinalRegression", "load_model"),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
@@ -64,6 +66,14 @@ def __dir__():
 if TYPE_CHECKING:
     from . import calibration, datasets, diagnostics, metrics, uncertainty
     from ._isbor import ISBORConfig, ISBORPrediction, ISBORResult, fit_isbor, fit_sbor, predict_isbor
+    from ._mixed import (
+        MixedConfig,
+        MixedPrediction,
+        MixedResult,
+        fit_mixed,
+        predict_mixed,
+        sample_class_probs_mixed,
+    )
     from ._npsvor import NPSVORConfig, NPSVORResult, cv_npsvor, fit_npsvor, predict_r_new, predict_r_old
     from ._perceptron import (
         KernelPerceptronResult,
@@ -97,6 +107,7 @@ if TYPE_CHECKING:
         ISBOR,
         NPSVOR,
         CuSumRank,
+        OrdinalMixed,
         OrdinalProbit,
         PRank,
         RedSVM,

@@ -6,6 +6,7 @@ Importing this module turns on JAX's persistent compilation cache (:mod:`bayesor
 from .. import _compile_cache
 from ._base import read_model_file
 from ._isbor import ISBOR, SBOR
+from ._mixed import OrdinalMixed
 from ._npsvor import NPSVOR
 from ._perceptron import CuSumRank, PRank
 from ._probit import OrdinalProbit
@@ -16,6 +17,7 @@ __all__ = [
     "CuSumRank",
     "ISBOR",
     "NPSVOR",
+    "OrdinalMixed",
     "OrdinalProbit",
     "PRank",
     "RedSVM",
@@ -39,6 +41,6 @@ def load_model(path):
             bayesord estimator, it is damaged (cut short, altered bytes), or its metadata
             disagrees with its arrays (e.g. the number of features or classes).
     """
-    classes = (OrdinalProbit, ISBOR, SBOR, NPSVOR, CuSumRank, PRank, SwappedPairsSVM, RedSVM,
+    classes = (OrdinalProbit, OrdinalMixed, ISBOR, SBOR, NPSVOR, CuSumRank, PRank, SwappedPairsSVM, RedSVM,
                TransductiveOrdinalRegression)
     return read_model_file(path, {cls._format: cls for cls in classes})

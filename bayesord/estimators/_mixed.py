@@ -1,0 +1,427 @@
+"""``OrdinalMixed``: the random-intercept ordinal model (R's ``clmm``) as an estimator, with formulas."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import warnings
+
+import jax
+import numpy as np
+
+from .._compile_cache import program_for_rows
+from .._mixed import MixedConfig, MixedResult, fit_mixed, predict_mixed, sample_class_probs_mixed
+from .._shapes import bucket_rows, pad_rows
+from .._status import check_status
+from .._validation import float_dtype
+from ._base import OrdinalEstimator, SavableMixin, fresh_fit, posterior_table, threshold_names
+
+__all__ = ["OrdinalMixed"]
+
+# ``(1 | group)``: a random-intercept term of a formula (lme4's notation, as ``clmm`` uses it).
+_GROUP_TERM = re.compile(r"\(\s*([^()|]*?)\s*\|\s*([^()|]*?)\s*\)")
+
+
+def _fit_program(n_rows):
+    return program_for_rows(fit_mixed, n_rows, ("config",))
+
+
+def _split_formula(formula):
+    """``"y ~ a + b + (1 | g)"`` -> ``("y", "a + b", "g")``."""
+    if not isinstance(formula, str):
+        raise TypeError(f"formula must be a string such as 'rating ~ temp + (1 | judge)', got "
+                        f"{type(formula).__name__}")
+    if formula.count("~") != 1:
+        raise ValueError(f"formula {formula!r} needs one '~' between the response and the terms")
+    lhs, rhs = (s.strip() for s in formula.split("~"))
+    terms = _GROUP_TERM.findall(rhs)
+    if len(terms) != 1:
+        raise ValueError(f"formula {formula!r} needs exactly one group term '(1 | group)'; "
+                         f"found {len(terms)} (one grouping factor is supported)")
+    expr, group = terms[0]
+    if expr != "1":
+        raise ValueError(f"formula {formula!r}: the group term must be '(1 | {group or 'group'})'; "
+                         f"random slopes ('({expr} | ...)') are not supported yet")
+    if not group or not re.fullmatch(r"\w+", group):
+        raise ValueError(f"formula {formula!r}: the group in '(1 | group)' must be one column name")
+    fixed = _GROUP_TERM.sub(" ", rhs)
+    fixed = re.sub(r"\+\s*(?=\+|$)", "", fixed.strip()).strip().lstrip("+").strip() or "1"
+    if not lhs:
+        raise ValueError(f"formula {formula!r} has no response before '~'")
+    return lhs, fixed, group
+
+
+def _design(spec_or_formula, data):
+    """The fixed-effects design matrix (a DataFrame without the intercept) and its spec.
+
+    Raises ValueError for a formula naming a column that ``data`` lacks, a category the fit
+    has not seen, or a formula without the intercept (the thresholds take its place).
+    """
+    from formulaic import ModelSpec, model_matrix
+    from formulaic.errors import FactorEvaluationError
+
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", message=".*categories outside of the nominated levels.*")
+            if isinstance(spec_or_formula, ModelSpec):
+                mm = spec_or_formula.get_model_matrix(data)
+            else:
+                mm = model_matrix(spec_or_formula, data)
+    except FactorEvaluationError as err:
+        raise ValueError(f"the formula names something the data does not have: {err}") from None
+    except Warning as err:
+        raise ValueError(f"the data have a category the model was not fitted with ({err})") from None
+    if "Intercept" not in mm.columns:
+        raise ValueError("keep the intercept in an ordinal formula (no '- 1' or '+ 0'): the "
+                         "thresholds take its place, and without it a categorical term is coded "
+                         "with one column too many")
+    spec = mm.model_spec
+    return mm.drop(columns="Intercept"), spec
+
+
+def _labels_of_groups(groups, n, what="groups"):
+    """A 1-D object array of group labels, checked for length and missing values."""
+    arr = np.asarray(getattr(groups, "to_numpy", lambda: groups)(), dtype=object)
+    if arr.ndim != 1:
+        raise ValueError(f"{what} must be 1-D (one label per row), got shape {arr.shape}")
+    if arr.shape[0] != n:
+        raise ValueError(f"X and {what} have different lengths: {n} rows in X, {arr.shape[0]} in {what}")
+    import pandas as pd
+
+    missing = np.flatnonzero(pd.isna(arr))
+    if missing.size:
+        raise ValueError(f"{what} has missing values at rows {missing[:5].tolist()}"
+                         f"{' ...' if missing.size > 5 else ''}: every row needs a group")
+    return arr
+
+
+class OrdinalMixed(SavableMixin, OrdinalEstimator):
+    """Ordinal regression with a random intercept per group (a cumulative link mixed model).
+
+    ``P(y <= k | group j) = F(b_k - x^T beta - u_j)``, ``u_j ~ N(0, tau^2)``, with the
+    group effects integrated out by the Laplace approximation and ``(beta, b, tau)``
+    maximising it: the method and the estimates of R's ``ordinal::clmm``.  The posterior of
+    ``(beta, b, tau)`` is the Laplace Gaussian at that optimum, each group's effect has its
+    conditional mode and variance, and every probability integrates both (see
+    :mod:`bayesord._mixed`).  Rows of a group the fit has not seen are predicted for a new
+    group, integrated over ``N(0, tau^2)``.
+
+    Fit with arrays (``fit(X, y, groups)``) or with a formula
+    (:meth:`from_formula`, ``"rating ~ temp + contact + (1 | judge)"``).  One grouping factor
+    with a random intercept is supported; random slopes and several factors are not yet.
+    A group with one row is allowed: its effect is then mostly the prior's (shrunk to 0).
+
+    Args:
+        link: "probit" (default) or "logit".
+        tol: relative tolerance of the Newton solves (default 1e-10 in float64, 1e-5 in
+            float32).
+        max_iter: cap on Newton iterations over ``(beta, b, tau)``.
+        max_inner: cap on Newton iterations of each conditional-mode solve.
+        classes: the labels in increasing order (required for string labels).
+        n_draws: posterior draws used for probability bands.
+        random_state: seed (int) for the posterior draws.
+
+    Attributes:
+        classes_: labels in increasing order.
+        groups_: the group labels seen in fitting, in the order of ``group_effects_``.
+        coef_: fixed effects, shape (d,).
+        thresholds_: thresholds at ``x = 0``, shape (K-1,).
+        group_sd_: standard deviation of the group effects.
+        cov_: Laplace covariance of ``(coef_, thresholds_, group_sd_)``, shape (d+K, d+K).
+        group_effects_: conditional modes of the group effects, shape (q,).
+        loglik_: the Laplace approximation of the marginal log-likelihood (``clmm``'s
+            ``logLik``).
+        n_iter_, converged_: Newton iterations and whether every solve met its tolerance.
+        formula_: the formula, for a model made by :meth:`from_formula` (else None).
+        result_: the functional :class:`bayesord._mixed.MixedResult`.
+
+    Example:
+        >>> import numpy as np
+        >>> rng = np.random.default_rng(0)
+        >>> g = np.repeat(np.arange(20), 10)
+        >>> x = rng.normal(size=(200, 1))
+        >>> f = x[:, 0] + rng.normal(size=20)[g] + rng.normal(size=200)
+        >>> y = np.digitize(f, [-1.0, 1.0])
+        >>> model = OrdinalMixed().fit(x, y, g)
+        >>> model.predict_proba(x[:2], g[:2]).shape
+        (2, 3)
+    """
+
+    _format = "bayesord.OrdinalMixed/1"
+    _scale_sensitive = False  # the fit standardises the columns itself
+    _zero_weight_drops_row = True
+
+    def __init__(self, link="probit", tol=None, max_iter=100, max_inner=50, classes=None,
+                 n_draws=200, random_state=None):
+        self.link = link
+        self.tol = tol
+        self.max_iter = max_iter
+        self.max_inner = max_inner
+        self.classes = classes
+        self.n_draws = n_draws
+        self.random_state = random_state
+
+    # ------------------------------------------------------------------ fitting
+    @classmethod
+    def from_formula(cls, formula, data, sample_weight=None, **params):
+        """Fit ``formula`` to the DataFrame ``data``; returns the fitted estimator.
+
+        ``"response ~ terms + (1 | group)"``: the fixed-effect terms in formulaic's (R-like)
+        syntax, text columns coded as treatment contrasts against their first level and
+        labelled ``name[T.level]``; the intercept is left to the thresholds.  The response
+        may be numbers or an ordered pandas Categorical (text labels need ``classes=``).
+        Predictions then take DataFrames with the same columns (the group column among them).
+
+        Raises:
+            ValueError: a malformed formula, a column the data lack, or bad data.
+        """
+        import pandas as pd
+
+        if not isinstance(data, pd.DataFrame):
+            raise TypeError(f"data must be a pandas DataFrame, got {type(data).__name__}")
+        response, fixed, group = _split_formula(formula)
+        for name in (response, group):
+            if name not in data.columns:
+                raise ValueError(f"formula {formula!r} names column {name!r}, which the data do not have "
+                                 f"(columns: {list(data.columns)})")
+        X, spec = _design(fixed, data)
+        model = cls(**params)
+        model.fit(X, data[response], data[group], sample_weight=sample_weight)
+        model.formula_ = formula
+        model.group_name_ = group
+        model._spec = spec
+        return model
+
+    def _config(self, n_classes, n_groups):
+        for name in ("max_iter", "max_inner", "n_draws"):
+            val = getattr(self, name)
+            if not isinstance(val, (int, np.integer)) or isinstance(val, bool) or val < 1:
+                raise ValueError(f"{name} must be a positive integer, got {val!r}")
+        return MixedConfig(n_classes=n_classes, n_groups=n_groups, link=self.link,
+                           max_newton=int(self.max_iter), max_inner=int(self.max_inner))
+
+    def _tol(self, dtype):
+        if self.tol is None:
+            return 1e-10 if dtype == np.float64 else 1e-5
+        if not (np.isfinite(self.tol) and self.tol > 0):
+            raise ValueError(f"tol must be a positive number, got {self.tol!r}")
+        return float(self.tol)
+
+    @fresh_fit
+    def fit(self, X, y, groups, sample_weight=None, classes=None):
+        """Fit the model.
+
+        Args:
+            X: (n, d) fixed-effect columns (numbers; code text columns first, or use
+                :meth:`from_formula`).  No intercept column: the thresholds hold it.
+            y: (n,) ordered labels.
+            groups: (n,) the group of each row (any labels: numbers or text).
+            sample_weight: optional (n,) non-negative weights.
+            classes: the labels in increasing order (see the constructor).
+
+        Raises:
+            ValueError: bad input, including a grouping factor with fewer than two levels
+                or with missing values.
+            FloatingPointError: the solver hit a non-finite value, or the Hessian of the
+                Laplace likelihood is not negative definite at the end.
+
+        Warns:
+            ConvergenceWarning: an iteration cap was reached.
+        """
+        X, codes, sw = self._validate_fit(X, y, sample_weight, classes)
+        labels = _labels_of_groups(groups, X.shape[0])
+        try:
+            levels, g = np.unique(labels, return_inverse=True)
+        except TypeError:
+            raise TypeError("groups mixes labels that cannot be ordered (e.g. numbers and text): "
+                            "give one kind") from None
+        used = np.unique(g[sw > 0])
+        if used.size < 2:
+            raise ValueError(f"groups has {used.size} level with positive weight; a group effect needs "
+                             "at least two groups (fit OrdinalProbit for one)")
+        dtype = float_dtype()
+        config = self._config(len(self.classes_), bucket_rows(len(levels)))
+        n = X.shape[0]
+        X, codes, g, sw = pad_rows(bucket_rows(n), X.astype(dtype), codes, g.astype(np.int32),
+                                   sw.astype(dtype))
+        res = _fit_program(X.shape[0])(X, codes, g, sw, self._tol(dtype), config=config)
+        check_status(res.status, "OrdinalMixed.fit")
+        q = len(levels)
+        res = jax.tree_util.tree_map(np.asarray, res)
+        res = dataclasses.replace(res, effects=res.effects[:q], effects_cond_var=res.effects_cond_var[:q],
+                                effects_var=res.effects_var[:q], effects_cross=res.effects_cross[:q])
+        self.groups_ = levels
+        self._set_result(res)
+        self.formula_ = None
+        self.group_name_ = None
+        return self
+
+    def _set_result(self, res):
+        self.result_ = res
+        d = res.coef.shape[0]
+        self.coef_ = res.coef
+        self.thresholds_ = res.thresholds
+        self.group_sd_ = float(res.group_sd)
+        self.cov_ = res.cov
+        self.group_effects_ = res.effects
+        self.loglik_ = float(res.loglik)
+        self.n_iter_ = int(res.n_iter)
+        self.converged_ = bool(res.converged)
+        self.coef_cov_ = res.cov[:d, :d]
+        self.thresholds_cov_ = res.cov[d:-1, d:-1]
+
+    # --------------------------------------------------------------- prediction
+    def _inputs(self, X, groups):
+        """(X, group codes) for prediction: codes -1 for groups not seen in fitting."""
+        spec = getattr(self, "_spec", None)
+        if spec is not None:
+            import pandas as pd
+
+            if not isinstance(X, pd.DataFrame):
+                raise TypeError("this model was fitted from a formula: pass a DataFrame with the "
+                                "formula's columns")
+            if groups is None:
+                if self.group_name_ not in X.columns:
+                    raise ValueError(f"the data have no column {self.group_name_!r} (the formula's "
+                                     "group); add it, or pass groups=")
+                groups = X[self.group_name_]
+            X, _ = _design(spec, X)
+        elif groups is None:
+            raise TypeError("predictions need each row's group: pass groups= (a label the fit has not "
+                            "seen predicts for a new group)")
+        X = self._validate_predict(X)
+        labels = _labels_of_groups(groups, X.shape[0])
+        index = {level: j for j, level in enumerate(self.groups_.tolist())}
+        codes = np.fromiter((index.get(label, -1) for label in labels.tolist()), np.int32, len(labels))
+        return X.astype(float_dtype()), codes
+
+    def _result(self):
+        return jax.tree_util.tree_map(lambda a: np.asarray(a, float_dtype()), self.result_)
+
+    def _predict_all(self, X, groups):
+        X, codes = self._inputs(X, groups)
+        n = X.shape[0]
+        X, codes = pad_rows(bucket_rows(n), X, codes)
+        pred = predict_mixed(self._result(), X, codes)
+        return jax.tree_util.tree_map(lambda a: np.asarray(a[:n], dtype=np.float64), pred)
+
+    def predict_proba(self, X, groups=None):
+        """Class probabilities, shape (n, K): each row's group effect (its posterior for a
+        group seen in fitting, ``N(0, tau^2)`` for any other label) and the posterior of
+        ``(beta, b, tau)`` integrated (exactly for the probit, the probit approximation for
+        the logit)."""
+        return self._predict_all(X, groups).proba
+
+    def predict_cumproba(self, X, groups=None):
+        """Cumulative probabilities ``P(y <= classes_[k])`` for k < K-1, shape (n, K-1)."""
+        return self._predict_all(X, groups).cum_proba
+
+    def predict(self, X, groups=None, rule="mode"):
+        """Predicted labels: the most probable class (``rule="mode"``) or the median class."""
+        proba = self.predict_proba(X, groups)
+        if rule == "mode":
+            idx = np.argmax(proba, axis=1)
+        elif rule == "median":
+            idx = np.argmax(np.cumsum(proba, axis=1) >= 0.5, axis=1)
+        else:
+            raise ValueError(f"rule must be 'mode' or 'median', got {rule!r}")
+        return self._decode(idx)
+
+    def predict_proba_interval(self, X, groups=None, level=0.95):
+        """Central credible band and posterior sd of each class probability, each (n, K).
+
+        From ``n_draws`` draws of ``(beta, b, tau)`` and of each row's group effect given
+        them (:func:`bayesord._mixed.sample_class_probs_mixed`).
+        """
+        if not 0.0 < level < 1.0:
+            raise ValueError(f"level must be in (0, 1), got {level}")
+        X, codes = self._inputs(X, groups)
+        seed = 0 if self.random_state is None else self.random_state
+        if not isinstance(seed, (int, np.integer)):
+            raise TypeError("random_state must be an int or None")
+        n = X.shape[0]
+        X, codes = pad_rows(bucket_rows(n), X, codes)
+        draws = sample_class_probs_mixed(self._result(), X, codes, jax.random.key(int(seed)),
+                                         n_draws=int(self.n_draws))
+        draws = np.asarray(draws[:, :n], dtype=np.float64)
+        lo, hi = np.quantile(draws, [(1 - level) / 2, (1 + level) / 2], axis=0)
+        return np.clip(lo, 0.0, 1.0), np.clip(hi, 0.0, 1.0), draws.std(axis=0)
+
+    def score(self, X, y, groups=None, sample_weight=None):
+        """Negative mean absolute error in class positions (higher is better)."""
+        codes = self._encode_y(y, np.shape(X)[0])
+        pred = self._encode_y(self.predict(X, groups), len(codes))
+        return -float(np.average(np.abs(pred - codes), weights=sample_weight))
+
+    # ------------------------------------------------------------------ summary
+    def _coef_names(self):
+        names = getattr(self, "feature_names_in_", None)
+        return list(names) if names is not None else [f"x{j}" for j in range(len(self.coef_))]
+
+    def summary(self, level=0.95):
+        """Estimates, sds, central intervals, z and two-sided p-values (as ``clmm`` prints them).
+
+        Rows: the fixed effects, the thresholds, and the group sd (its z and p are left
+        empty: a variance is tested against 0 on the boundary of its range, where the normal
+        reference does not hold; compare log-likelihoods with and without the group instead).
+        """
+        from scipy.stats import norm
+        from sklearn.utils.validation import check_is_fitted
+
+        check_is_fitted(self, "coef_")
+        group = self.group_name_ or "group"
+        names = self._coef_names() + threshold_names(self.classes_) + [f"sd({group})"]
+        mean = np.concatenate([self.coef_, self.thresholds_, [self.group_sd_]])
+        sd = np.sqrt(np.diag(self.cov_))
+        z = mean / sd
+        z[-1] = np.nan
+        return posterior_table(names, mean, sd, level, z=z, p=2 * norm.sf(np.abs(z)))
+
+    def group_effects(self, level=0.95):
+        """Each group's effect: conditional mode, posterior sd and central interval.
+
+        The table behind a caterpillar plot.  ``cond_sd`` is the sd given the estimated
+        ``(beta, b, tau)`` (``clmm``'s ``condVar``); ``sd`` adds their uncertainty.
+        """
+        from sklearn.utils.validation import check_is_fitted
+
+        check_is_fitted(self, "group_effects_")
+        res = self.result_
+        return posterior_table(list(self.groups_), res.effects, np.sqrt(res.effects_var), level,
+                               cond_sd=np.sqrt(res.effects_cond_var))
+
+    # ------------------------------------------------------------ persistence
+    def _saved_state(self):
+        if self.formula_ is not None:
+            raise ValueError("a model fitted from a formula cannot be saved yet (its coding of the "
+                             "columns is not stored); fit it with arrays to save it")
+        fields = {k: getattr(self.result_, k) for k in _RESULT_ARRAYS}
+        arrays = {f"result.{k}": np.asarray(v) for k, v in fields.items()}
+        arrays["groups_"] = np.asarray(self.groups_)
+        if arrays["groups_"].dtype == object:
+            arrays["groups_"] = arrays["groups_"].astype(str)
+        config = self.result_.config
+        return arrays, {"config": {"n_groups": config.n_groups, "max_newton": config.max_newton,
+                                   "max_inner": config.max_inner}}
+
+    def _restore(self, arrays, meta):
+        d, k = int(self.n_features_in_), len(self.classes_)
+        q = len(arrays["groups_"])
+        m = d + k
+        config = MixedConfig(n_classes=k, link=self.link, **meta["config"])
+        res = MixedResult(config=config, **{name: arrays[f"result.{name}"] for name in _RESULT_ARRAYS})
+        self._check_shapes(("result.coef", res.coef, (d,)), ("result.thresholds", res.thresholds, (k - 1,)),
+                           ("result.cov", res.cov, (m, m)), ("result.eta", res.eta, (m,)),
+                           ("result.eta_cov", res.eta_cov, (m, m)), ("result.effects", res.effects, (q,)),
+                           ("result.effects_var", res.effects_var, (q,)),
+                           ("result.effects_cross", res.effects_cross, (q, m)))
+        self.groups_ = arrays["groups_"]
+        self._set_result(res)
+        self.formula_ = None
+        self.group_name_ = None
+
+
+_RESULT_ARRAYS = ("coef", "thresholds", "group_sd", "cov", "center", "scale", "eta", "eta_cov",
+                  "effects", "effects_cond_var", "effects_var", "effects_cross", "loglik", "n_iter",
+                  "converged", "status")
+
