@@ -250,7 +250,7 @@ class OrdinalMixed(SavableMixin, OrdinalEstimator):
         res = jax.tree_util.tree_map(np.asarray, res)
         res = dataclasses.replace(res, effects=res.effects[:q], effects_cond_var=res.effects_cond_var[:q],
                                 effects_var=res.effects_var[:q], effects_cross=res.effects_cross[:q])
-        self.groups_ = levels
+        self.groups_ = np.asarray(levels.tolist())  # numbers or text, as an ordinary dtype
         self._set_result(res)
         self.formula_ = None
         self.group_name_ = None
@@ -398,11 +398,18 @@ class OrdinalMixed(SavableMixin, OrdinalEstimator):
         fields = {k: getattr(self.result_, k) for k in _RESULT_ARRAYS}
         arrays = {f"result.{k}": np.asarray(v) for k, v in fields.items()}
         arrays["groups_"] = np.asarray(self.groups_)
-        if arrays["groups_"].dtype == object:
-            arrays["groups_"] = arrays["groups_"].astype(str)
+        if arrays["groups_"].dtype.kind not in "iufUb":
+            raise ValueError(f"group labels of dtype {arrays['groups_'].dtype} cannot be saved: use "
+                             "numbers or text")
         config = self.result_.config
         return arrays, {"config": {"n_groups": config.n_groups, "max_newton": config.max_newton,
                                    "max_inner": config.max_inner}}
+
+    def _uncertainty_state(self):
+        return {}, {}  # no conformal calibration is kept (calibrate/predict_set need groups)
+
+    def _restore_uncertainty(self, arrays, meta):
+        pass
 
     def _restore(self, arrays, meta):
         d, k = int(self.n_features_in_), len(self.classes_)

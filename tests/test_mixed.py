@@ -1,0 +1,408 @@
+"""The random-intercept ordinal model (``OrdinalMixed``, ``fit_mixed``).
+
+References:
+* R's ``ordinal::clmm`` (ordinal 2022.11.16, R 4.2.2, Laplace method, default settings) on the
+  shared ``wine`` and ``soup`` data sets: the numbers below were printed by
+  ``benchmarks/mixed_bench.py``, which runs ``clmm`` through ``Rscript`` in the same run as
+  bayesord; for ``wine`` with the logit link they are also the published ones (Christensen,
+  "A tutorial on fitting cumulative link mixed models with clmm2 from the ordinal package":
+  tempwarm 3.063, contactyes 1.835, judge sd 1.13, log-likelihood -81.57).
+* An independent SciPy evaluation of the Laplace approximation (one-dimensional mode search
+  and a finite-difference curvature per group), adaptive Gauss-Hermite quadrature of the
+  exact marginal likelihood, and statsmodels' ``OrderedModel`` for the model without groups.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.optimize import minimize_scalar
+from scipy.special import roots_hermitenorm
+from scipy.stats import norm
+
+import jax
+import jax.numpy as jnp
+
+from bayesord import OrdinalMixed, load_model
+from bayesord._mixed import MixedConfig, _laplace_loglik, fit_mixed, predict_mixed, sample_class_probs_mixed
+
+# ---------------------------------------------------------------- R references
+CLMM = {
+    ("wine", "logit"): dict(
+        coef=[3.062996626, 1.834884922], thresholds=[-1.623666924, 1.513365183, 4.228526688, 6.088772558],
+        sd=1.131132578, loglik=-81.56540929,
+        coef_se=[0.5953761831, 0.5125293320], thresholds_se=[0.6824410320, 0.6037533304, 0.8089660503,
+                                                               0.9724536542],
+        ranef=[1.69617817508, -0.56578307671, 0.96880827817, -0.05954988774, 0.23051010547, 0.47703863553,
+               -1.91097339194, -0.27294385142, -0.55467575715],
+        cond_sd=[0.5538459290, 0.6147648097, 0.5954434093, 0.6043070400, 0.5971655128, 0.5903791203,
+                 0.5861478521, 0.5523090893, 0.5641979850]),
+    ("wine", "probit"): dict(
+        coef=[1.8000144112, 1.0482054671], thresholds=[-0.9264796803, 0.8894377761, 2.4675927360, 3.5366621806],
+        sd=0.6631531896, loglik=-80.93060715,
+        coef_se=[0.3269399821, 0.2855452285], thresholds_se=[0.3881513554, 0.3484765065, 0.4468722535,
+                                                               0.5256159269]),
+    ("soup", "logit"): dict(
+        coef=[1.2055280084], thresholds=[-1.4767744673, -0.4546834582, -0.1174027741, 0.1473851003,
+                                         0.8519253423],
+        sd=0.5581583376, loglik=-2673.708489, coef_se=[0.09178040696],
+        thresholds_se=[0.09382213135, 0.08259725143, 0.08180917768, 0.08186909720, 0.08457621700]),
+    ("soup", "probit"): dict(
+        coef=[0.70566024468], thresholds=[-0.86146884562, -0.28254337359, -0.08265635351, 0.07617038612,
+                                          0.50257670921],
+        sd=0.3390418015, loglik=-2676.113646, coef_se=[0.05399449392],
+        thresholds_se=[0.05392501010, 0.04999179837, 0.04973382357, 0.04976793179, 0.05078986931]),
+}
+FORMULA = {"wine": "rating ~ temp + contact + (1 | judge)", "soup": "SURENESS ~ PROD + (1 | RESP)"}
+
+
+def _grouped(datasets_dir, name):
+    return pd.read_csv(datasets_dir / f"{name}.csv.gz")
+
+
+def _check_against_clmm(model, ref):
+    k = len(ref["coef"])
+    np.testing.assert_allclose(model.coef_, ref["coef"], atol=1e-3)
+    np.testing.assert_allclose(model.thresholds_, ref["thresholds"], atol=1e-3)
+    assert model.group_sd_ == pytest.approx(ref["sd"], abs=1e-3)
+    assert model.loglik_ == pytest.approx(ref["loglik"], abs=1e-3)
+    se = np.sqrt(np.diag(model.cov_))
+    np.testing.assert_allclose(se[:k], ref["coef_se"], atol=1e-3)
+    np.testing.assert_allclose(se[k:-1], ref["thresholds_se"], atol=1e-3)
+
+
+@pytest.fixture(scope="module")
+def wine_logit(datasets_dir):
+    return OrdinalMixed.from_formula(FORMULA["wine"], _grouped(datasets_dir, "wine"), link="logit")
+
+
+def test_wine_logit_matches_clmm(wine_logit):
+    ref = CLMM[("wine", "logit")]
+    _check_against_clmm(wine_logit, ref)
+    effects = wine_logit.group_effects()
+    np.testing.assert_allclose(effects["mean"], ref["ranef"], atol=1e-3)
+    np.testing.assert_allclose(effects["cond_sd"], ref["cond_sd"], atol=1e-3)
+    # The total sd adds the uncertainty of (beta, b, tau) to clmm's conditional one.
+    assert np.all(effects["sd"] > effects["cond_sd"])
+    assert wine_logit.converged_
+
+
+def test_formula_labels_the_summary_by_term_and_class(wine_logit):
+    table = wine_logit.summary()
+    assert list(table.index) == ["temp[T.warm]", "contact[T.yes]", "threshold 1|2", "threshold 2|3",
+                                 "threshold 3|4", "threshold 4|5", "sd(judge)"]
+    row = table.loc["temp[T.warm]"]
+    assert row["z"] == pytest.approx(row["mean"] / row["sd"])
+    assert row["p"] == pytest.approx(2 * norm.sf(abs(row["z"])))
+    assert np.isnan(table.loc["sd(judge)", "p"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, link", [("wine", "probit"), ("soup", "logit"), ("soup", "probit")])
+def test_matches_clmm(datasets_dir, name, link):
+    model = OrdinalMixed.from_formula(FORMULA[name], _grouped(datasets_dir, name), link=link)
+    _check_against_clmm(model, CLMM[(name, link)])
+
+
+def test_formula_predictions_for_known_and_new_groups(wine_logit, datasets_dir):
+    df = _grouped(datasets_dir, "wine")
+    rows = df.iloc[[0, 40]]
+    known = wine_logit.predict_proba(rows)
+    new = wine_logit.predict_proba(rows.assign(judge=[100, 101]))
+    np.testing.assert_allclose(known.sum(axis=1), 1.0)
+    # Judge 1 rates high (effect +1.7): a new judge is expected lower.
+    assert known[0] @ np.arange(5) > new[0] @ np.arange(5)
+    # A new group's probabilities do not depend on which unseen label it has.
+    np.testing.assert_allclose(new[0], wine_logit.predict_proba(rows.iloc[:1].assign(judge=-7))[0])
+    # An explicit groups= overrides the column.
+    np.testing.assert_allclose(wine_logit.predict_proba(rows, groups=[100, 101]), new)
+    lo, hi, sd = wine_logit.predict_proba_interval(rows)
+    assert np.all((lo <= known + 1e-12) & (known <= hi + 1e-12)) and np.all(sd > 0)
+    with pytest.raises(ValueError, match="category the model was not fitted with"):
+        wine_logit.predict_proba(rows.assign(temp="hot"))
+    with pytest.raises(TypeError, match="formula"):
+        wine_logit.predict_proba(rows[["temp"]].to_numpy())
+    with pytest.raises(ValueError, match="cannot be saved yet"):
+        wine_logit.save("unused.npz")
+
+
+# ---------------------------------------------------------------- small synthetic problems
+def _simulate(n_groups=10, per_group=10, d=2, n_classes=3, tau=0.8, seed=0, offset=0.0, link="probit"):
+    rng = np.random.default_rng(seed)
+    g = np.repeat(np.arange(n_groups), per_group)
+    X = rng.normal(size=(g.size, d)) * np.arange(1, d + 1) + offset
+    f = (X - offset) @ np.linspace(1.0, -0.5, d) + tau * rng.normal(size=n_groups)[g]
+    noise = rng.normal(size=g.size) if link == "probit" else rng.logistic(size=g.size)
+    cuts = np.quantile(f + noise, np.linspace(0, 1, n_classes + 1)[1:-1])
+    return X, np.digitize(f + noise, cuts), g
+
+
+def _reference_laplace(beta, b, tau, X, y, g):
+    """The Laplace approximation (1), per group: a bounded 1-D mode search and a central
+    finite-difference curvature (SciPy only)."""
+    cuts = np.r_[-np.inf, b, np.inf]
+    total = 0.0
+    for j in np.unique(g):
+        rows = g == j
+        f, hi, lo = X[rows] @ beta, cuts[y[rows] + 1], cuts[y[rows]]
+
+        def neg_h(u, f=f, hi=hi, lo=lo):  # +inf far out, where a class probability underflows
+            with np.errstate(divide="ignore"):
+                return -(np.sum(np.log(norm.cdf(hi - f - u) - norm.cdf(lo - f - u))) - 0.5 * u * u / tau**2)
+
+        u = minimize_scalar(neg_h, bounds=(-20, 20), method="bounded", options={"xatol": 1e-10}).x
+        step = 1e-4
+        curv = (neg_h(u + step) - 2 * neg_h(u) + neg_h(u - step)) / step**2
+        total += -neg_h(u) - 0.5 * np.log(tau**2 * curv)
+    return total
+
+
+def _gauss_hermite(beta, b, tau, X, y, g, n_nodes=40):
+    """log of the exact marginal likelihood by adaptive Gauss-Hermite quadrature per group."""
+    cuts = np.r_[-np.inf, b, np.inf]
+    nodes, wts = roots_hermitenorm(n_nodes)
+    total = 0.0
+    for j in np.unique(g):
+        rows = g == j
+        f, hi, lo = X[rows] @ beta, cuts[y[rows] + 1], cuts[y[rows]]
+
+        def loglik(u, f=f, hi=hi, lo=lo):
+            u = np.atleast_1d(u)[:, None]
+            with np.errstate(divide="ignore"):
+                return np.sum(np.log(norm.cdf(hi - f - u) - norm.cdf(lo - f - u)), axis=1)
+
+        def neg(u, loglik=loglik):
+            return -loglik(u)[0] + 0.5 * u * u / tau**2
+
+        mode = minimize_scalar(neg, bounds=(-20, 20), method="bounded", options={"xatol": 1e-10}).x
+        curv = (neg(mode + 1e-3) - 2 * neg(mode) + neg(mode - 1e-3)) / 1e-6
+        s = 1.0 / np.sqrt(curv)
+        # int g(u) du = s int g(mode + s z) e^{z^2/2} e^{-z^2/2} dz, the last factor Hermite's weight.
+        u = mode + s * nodes
+        log_terms = loglik(u) + norm.logpdf(u, scale=tau) + 0.5 * nodes**2 + np.log(s)
+        total += np.log(np.sum(wts * np.exp(log_terms)))
+    return total
+
+
+@pytest.fixture(scope="module")
+def small():
+    X, y, g = _simulate()
+    model = OrdinalMixed(link="probit").fit(X, y, g)
+    return X, y, g, model
+
+
+def test_laplace_likelihood_is_maximised_and_equals_a_scipy_evaluation(small):
+    X, y, g, model = small
+    beta, b, tau = model.coef_, model.thresholds_, model.group_sd_
+    ref = _reference_laplace(beta, b, tau, X, y, g)
+    assert model.loglik_ == pytest.approx(ref, abs=1e-6)
+    # A maximum: moving any parameter by 1e-2 either way lowers the SciPy value.
+    params = np.concatenate([beta, b, [tau]])
+    for k in range(params.size):
+        for sign in (-1, 1):
+            p = params.copy()
+            p[k] += sign * 1e-2
+            assert _reference_laplace(p[:2], p[2:4], p[4], X, y, g) < ref
+
+
+def test_laplace_is_close_to_quadrature_of_the_exact_likelihood(small):
+    X, y, g, model = small
+    args = (model.coef_, model.thresholds_, model.group_sd_, X, y, g)
+    exact = _gauss_hermite(*args)
+    assert exact == pytest.approx(_gauss_hermite(*args, n_nodes=60), abs=1e-8)  # quadrature converged
+    # Quadrature with one node at the mode is Laplace's method itself.
+    assert _gauss_hermite(*args, n_nodes=1) == pytest.approx(model.loglik_, abs=1e-6)
+    # Laplace's error is O(1/rows per group) per group: small, but not zero.
+    assert 1e-5 < abs(model.loglik_ - exact) < 0.02 * len(np.unique(g))
+
+
+def test_implicit_gradient_matches_finite_differences(small):
+    X, y, g, model = small
+    res = model.result_
+    Z = (X - res.center) / res.scale
+    q = len(np.unique(g))
+    args = (jnp.asarray(Z), jnp.asarray(y, jnp.int32), jnp.asarray(g, jnp.int32), jnp.ones(len(y)),
+            jnp.zeros(q), 1e-12, "probit", q, 50)
+    eta = jnp.asarray(res.eta) + jnp.array([0.2, -0.1, 0.1, 0.05, 0.3])  # away from the optimum
+
+    def value(e):
+        return _laplace_loglik(e, *args)[0]
+
+    grad = np.asarray(jax.grad(value)(eta))
+    step = 1e-5
+    fd = [(value(eta.at[k].add(step)) - value(eta.at[k].add(-step))) / (2 * step) for k in range(eta.size)]
+    np.testing.assert_allclose(grad, fd, rtol=1e-6, atol=1e-6)
+    assert abs(grad[-1]) > 0.1  # the group-sd component is exercised
+
+
+def test_without_group_variance_it_is_the_fixed_effects_likelihood(small):
+    """At tau = 0, (1) is the cumulative link model's log-likelihood (statsmodels)."""
+    from statsmodels.miscmodels.ordinal_model import OrderedModel
+
+    X, y, g, _ = small
+    q = len(np.unique(g))
+    theta = np.array([-0.4, np.log(0.9)])
+    beta = np.array([0.7, -0.2])
+    eta = jnp.asarray(np.r_[beta, theta, 0.0])
+    ours = _laplace_loglik(eta, jnp.asarray(X), jnp.asarray(y, jnp.int32), jnp.asarray(g, jnp.int32),
+                           jnp.ones(len(y)), jnp.zeros(q), 1e-12, "probit", q, 50)[0]
+    theirs = OrderedModel(y, X, distr="probit").loglike(np.r_[beta, theta])
+    assert float(ours) == pytest.approx(theirs, rel=1e-12)
+
+
+def test_column_shifts_and_scales_change_nothing_but_the_coefficients_units(small):
+    X, y, g, model = small
+    shift, scale = np.array([1e4, -50.0]), np.array([100.0, 0.01])
+    moved = OrdinalMixed(link="probit").fit(X * scale + shift, y, g)
+    assert moved.loglik_ == pytest.approx(model.loglik_, abs=1e-8)
+    np.testing.assert_allclose(moved.coef_ * scale, model.coef_, rtol=1e-6)
+    assert moved.group_sd_ == pytest.approx(model.group_sd_, rel=1e-6)
+    np.testing.assert_allclose(moved.predict_proba(X[:20] * scale + shift, g[:20]),
+                               model.predict_proba(X[:20], g[:20]), atol=1e-8)
+    np.testing.assert_allclose(moved.group_effects_, model.group_effects_, atol=1e-7)
+
+
+def test_sample_weight_two_equals_a_duplicate_row(small):
+    X, y, g, model = small
+    extra = [3, 50, 77]  # 100 -> 103 rows: the same padded size (104), so the same compiled program
+    dup = OrdinalMixed(link="probit").fit(np.r_[X, X[extra]], np.r_[y, y[extra]], np.r_[g, g[extra]])
+    w = np.ones(len(y))
+    w[extra] = 2.0
+    weighted = OrdinalMixed(link="probit").fit(X, y, g, sample_weight=w)
+    assert weighted.loglik_ == pytest.approx(dup.loglik_, abs=1e-8)
+    np.testing.assert_allclose(weighted.coef_, dup.coef_, atol=1e-7)
+    assert weighted.group_sd_ == pytest.approx(dup.group_sd_, abs=1e-7)
+
+
+def test_predictive_probabilities_integrate_the_joint_gaussian(small):
+    """The closed-form predictive against Monte Carlo over the stored joint Gaussian of
+    (eta, u_j), drawn here with NumPy (known groups and a new group)."""
+    X, y, g, model = small
+    res = model.result_
+    rows, groups = X[:6], np.array([0, 1, 2, 3, -1, -1])
+    closed = np.asarray(predict_mixed(res, rows, groups).proba)
+    rng = np.random.default_rng(1)
+    m = res.eta.size
+    draws = 20000
+    Z = (rows - res.center) / res.scale
+    for i, j in enumerate(groups):
+        if j >= 0:
+            mean = np.r_[res.eta, res.effects[j]]
+            cov = np.block([[res.eta_cov, res.effects_cross[j][:, None]],
+                            [res.effects_cross[j][None, :], np.array([[res.effects_var[j]]])]])
+        else:
+            mean, cov = np.r_[res.eta, 0.0], np.zeros((m + 1, m + 1))
+            cov[:m, :m] = res.eta_cov
+        s = rng.multivariate_normal(mean, cov, size=draws)
+        beta, theta, tau, u = s[:, :2], s[:, 2:4], s[:, 4], s[:, 5]
+        if j < 0:
+            u = np.abs(res.eta[-1]) * rng.normal(size=draws)  # the group sd at its estimate
+        b = np.column_stack([theta[:, 0], theta[:, 0] + np.exp(theta[:, 1])])
+        cum = norm.cdf(b - (Z[i] @ beta.T + u)[:, None]).mean(axis=0)
+        mc = np.diff(np.r_[0.0, cum, 1.0])
+        np.testing.assert_allclose(closed[i], mc, atol=0.01)
+    # The draws behind the bands average to the same probabilities.
+    sampled = np.asarray(sample_class_probs_mixed(res, rows, groups, jax.random.key(0), n_draws=4000))
+    np.testing.assert_allclose(sampled.mean(axis=0)[:4], closed[:4], atol=0.01)
+
+
+def test_save_and_load_round_trip(small, tmp_path):
+    X, y, g, model = small
+    path = tmp_path / "mixed.npz"
+    model.save(path)
+    loaded = load_model(path)
+    assert isinstance(loaded, OrdinalMixed)
+    np.testing.assert_array_equal(loaded.predict_proba(X[:10], g[:10]), model.predict_proba(X[:10], g[:10]))
+    np.testing.assert_array_equal(loaded.group_effects_, model.group_effects_)
+    assert loaded.summary().equals(model.summary())
+
+
+def test_text_group_labels_and_unseen_groups(small):
+    X, y, g, model = small
+    names = np.array([f"site-{j}" for j in g], dtype=object)
+    texts = OrdinalMixed(link="probit").fit(X, y, names)
+    assert list(texts.groups_) == sorted(set(names))
+    np.testing.assert_allclose(texts.predict_proba(X[:5], names[:5]), model.predict_proba(X[:5], g[:5]),
+                               atol=1e-10)
+    unseen = texts.predict_proba(X[:2], ["elsewhere", "nowhere"])
+    np.testing.assert_allclose(unseen, model.predict_proba(X[:2], [-1, -2]), atol=1e-10)
+
+
+# ---------------------------------------------------------------- bad input
+@pytest.mark.parametrize("formula, message", [
+    ("rating ~ temp + contact", "exactly one group term"),
+    ("rating ~ temp + (1 | judge) + (1 | bottle)", "exactly one group term"),
+    ("rating ~ temp + (temp | judge)", "random slopes"),
+    ("rating ~ temp + (1 | judge + bottle)", "one column name"),
+    ("rating temp (1 | judge)", "one '~'"),
+    ("rating ~ temp + (1 | referee)", "'referee', which the data do not have"),
+    ("score ~ temp + (1 | judge)", "'score', which the data do not have"),
+    ("rating ~ temperature + (1 | judge)", "does not have"),
+    ("rating ~ temp - 1 + (1 | judge)", "keep the intercept"),
+])
+def test_bad_formulas_are_named(datasets_dir, formula, message):
+    with pytest.raises(ValueError, match=message):
+        OrdinalMixed.from_formula(formula, _grouped(datasets_dir, "wine"))
+
+
+def test_bad_groups_are_refused():
+    X, y, g = _simulate(n_groups=4, per_group=5)
+    with pytest.raises(ValueError, match="at least two groups"):
+        OrdinalMixed().fit(X, y, np.zeros(len(y)))
+    with pytest.raises(ValueError, match="missing values at rows \\[2\\]"):
+        OrdinalMixed().fit(X, y, np.r_[g[:2], np.nan, g[3:]])
+    with pytest.raises(ValueError, match="different lengths"):
+        OrdinalMixed().fit(X, y, g[:-1])
+    with pytest.raises(ValueError, match="1-D"):
+        OrdinalMixed().fit(X, y, np.c_[g, g])
+    with pytest.raises(TypeError, match="cannot be ordered"):
+        OrdinalMixed().fit(X, y, np.array([1, "a"] * 10, dtype=object))
+    with pytest.raises(ValueError, match="link"):
+        OrdinalMixed(link="cloglog").fit(X, y, g)
+    with pytest.raises(TypeError, match="DataFrame"):
+        OrdinalMixed.from_formula("y ~ x + (1 | g)", {"y": y})
+
+
+def test_predictions_need_groups(small):
+    X, _, g, model = small
+    with pytest.raises(TypeError, match="groups="):
+        model.predict_proba(X[:3])
+    with pytest.raises(ValueError, match="different lengths"):
+        model.predict_proba(X[:3], g[:2])
+
+
+def test_functional_config_is_checked():
+    with pytest.raises(ValueError, match="n_groups"):
+        MixedConfig(n_classes=3, n_groups=0)
+    with pytest.raises(ValueError, match="link"):
+        MixedConfig(n_classes=3, n_groups=2, link="cauchit")
+    X, y, g = _simulate(n_groups=4, per_group=5)
+    res = fit_mixed(X, y, g, np.ones(len(y)), 1e-8, config=MixedConfig(n_classes=3, n_groups=4))
+    assert bool(res.converged) and res.effects.shape == (4,)
+
+
+# ---------------------------------------------------------------- recovery (slow)
+@pytest.mark.slow
+@pytest.mark.parametrize("link", ["probit", "logit"])
+def test_recovers_the_generating_model(link):
+    """400 groups x 10 rows from the model: estimates within 3.5 sds of the truth, and the
+    95% bands of the group effects cover 95% of the true effects (within 3 binomial sds,
+    0.917-0.983)."""
+    rng = np.random.default_rng(3)
+    q, per, tau = 400, 10, 0.9
+    g = np.repeat(np.arange(q), per)
+    X = rng.normal(size=(g.size, 3)) * [1.0, 10.0, 0.1] + [0.0, 500.0, -3.0]
+    beta = np.array([0.8, -0.05, 4.0])
+    u = tau * rng.normal(size=q)
+    noise = rng.normal(size=g.size) if link == "probit" else rng.logistic(size=g.size)
+    cuts = np.array([-1.0, 0.0, 1.5])
+    y = np.digitize(X @ beta - (np.array([0.0, 500.0, -3.0]) @ beta) + u[g] + noise, cuts)
+    model = OrdinalMixed(link=link).fit(X, y, g)
+    se = np.sqrt(np.diag(model.cov_))
+    truth = np.r_[beta, cuts + np.array([0.0, 500.0, -3.0]) @ beta, tau]
+    est = np.r_[model.coef_, model.thresholds_, model.group_sd_]
+    assert np.all(np.abs(est - truth) < 3.5 * se)
+    table = model.group_effects()
+    covered = np.mean((table["2.5%"] <= u) & (u <= table["97.5%"]))
+    assert 0.917 <= covered <= 0.983
