@@ -123,6 +123,8 @@ def test_formula_predictions_for_known_and_new_groups(wine_logit, datasets_dir):
         wine_logit.predict_proba(rows.assign(temp="hot"))
     with pytest.raises(TypeError, match="formula"):
         wine_logit.predict_proba(rows[["temp"]].to_numpy())
+    with pytest.raises(ValueError, match="no column 'judge'"):
+        wine_logit.predict_proba(rows.drop(columns="judge"))
     with pytest.raises(ValueError, match="cannot be saved yet"):
         wine_logit.save("unused.npz")
 
@@ -327,6 +329,56 @@ def test_text_group_labels_and_unseen_groups(small):
                                atol=1e-10)
     unseen = texts.predict_proba(X[:2], ["elsewhere", "nowhere"])
     np.testing.assert_allclose(unseen, model.predict_proba(X[:2], [-1, -2]), atol=1e-10)
+
+
+# ---------------------------------------------------------------- marginal effects
+def _plugin_proba_scipy(coef, thresholds, effects, X, groups, cdf):
+    u = np.where(groups >= 0, effects[np.maximum(groups, 0)], 0.0)
+    cum = cdf(thresholds[None, :] - (X @ coef + u)[:, None])
+    return np.diff(np.c_[np.zeros(len(X)), cum, np.ones(len(X))], axis=1)
+
+
+def test_marginal_slopes_match_finite_differences_and_posterior_draws(small):
+    X, _, g, model = small
+    table = model.marginal_effects(X, g)
+    assert list(table["kind"].unique()) == ["slope"]
+    effects = model.group_effects_
+    step = 1e-6
+    draws = np.random.default_rng(2).multivariate_normal(model.result_.eta, model.result_.eta_cov, size=2000)
+    res = model.result_
+    for j, name in enumerate(["x0", "x1"]):
+        def avg(coef, thresholds, shift):
+            Xs = X.copy()
+            Xs[:, j] += shift
+            p = _plugin_proba_scipy(coef, thresholds, effects, Xs, g, norm.cdf).mean(axis=0)
+            return np.r_[p, p @ np.arange(3)]
+
+        fd = (avg(model.coef_, model.thresholds_, step) - avg(model.coef_, model.thresholds_, -step)) / (2 * step)
+        np.testing.assert_allclose(table.loc[name, "mean"].to_numpy(), fd, atol=1e-7)
+        # The delta method's sds against the spread over draws of (beta, b) from the posterior.
+        per_draw = []
+        for e in draws[:400]:
+            coef = e[:2] / res.scale
+            b = np.r_[e[2], e[2] + np.exp(e[3])] + res.center @ coef
+            per_draw.append((avg(coef, b, step) - avg(coef, b, -step)) / (2 * step))
+        np.testing.assert_allclose(table.loc[name, "sd"].to_numpy(), np.std(per_draw, axis=0), rtol=0.15)
+
+
+def test_marginal_changes_of_dummies(wine_logit, datasets_dir):
+    df = _grouped(datasets_dir, "wine")
+    table = wine_logit.marginal_effects(df)
+    assert set(table["kind"]) == {"change 0->1"}
+    X = np.c_[(df.temp == "warm"), (df.contact == "yes")].astype(float)
+    g = df.judge.to_numpy() - 1
+    logistic = lambda z: 1 / (1 + np.exp(-z))  # noqa: E731
+    args = (wine_logit.coef_, wine_logit.thresholds_, wine_logit.group_effects_)
+    hi = _plugin_proba_scipy(*args, np.c_[np.ones(len(X)), X[:, 1]], g, logistic).mean(axis=0)
+    lo = _plugin_proba_scipy(*args, np.c_[np.zeros(len(X)), X[:, 1]], g, logistic).mean(axis=0)
+    np.testing.assert_allclose(table.loc["temp[T.warm]", "mean"].to_numpy(),
+                               np.r_[hi - lo, (hi - lo) @ np.arange(5)], atol=1e-10)
+    # At one row: the effect at those values.
+    one = wine_logit.marginal_effects(df.iloc[[0]])
+    assert one.shape == table.shape
 
 
 # ---------------------------------------------------------------- bad input

@@ -10,7 +10,14 @@ import jax
 import numpy as np
 
 from .._compile_cache import program_for_rows
-from .._mixed import MixedConfig, MixedResult, fit_mixed, predict_mixed, sample_class_probs_mixed
+from .._mixed import (
+    MixedConfig,
+    MixedResult,
+    fit_mixed,
+    marginal_effects_mixed,
+    predict_mixed,
+    sample_class_probs_mixed,
+)
 from .._shapes import bucket_rows, pad_rows
 from .._status import check_status
 from .._validation import float_dtype
@@ -251,9 +258,11 @@ class OrdinalMixed(SavableMixin, OrdinalEstimator):
         res = dataclasses.replace(res, effects=res.effects[:q], effects_cond_var=res.effects_cond_var[:q],
                                 effects_var=res.effects_var[:q], effects_cross=res.effects_cross[:q])
         self.groups_ = np.asarray(levels.tolist())  # numbers or text, as an ordinary dtype
+        self.binary_columns_ = np.all((X[:n] == 0) | (X[:n] == 1), axis=0)
         self._set_result(res)
         self.formula_ = None
         self.group_name_ = None
+        self._spec = None
         return self
 
     def _set_result(self, res):
@@ -390,6 +399,33 @@ class OrdinalMixed(SavableMixin, OrdinalEstimator):
         return posterior_table(list(self.groups_), res.effects, np.sqrt(res.effects_var), level,
                                cond_sd=np.sqrt(res.effects_cond_var))
 
+    def marginal_effects(self, X, groups=None, level=0.95):
+        """Average marginal effects of each column on every class probability and on the
+        expected class, with delta-method sds and central intervals.
+
+        A column that was 0/1 in the training data (a dummy, e.g. ``temp[T.warm]``) gets the
+        average change from 0 to 1; any other column the average derivative.  Pass the data
+        to average over them, or one row to get the effects at those values.  Probabilities
+        are taken at the estimate, each row's group effect at its conditional mode (0 for a
+        group the fit has not seen: the effect in a typical group); the expected class
+        numbers the classes 0..K-1.  See :func:`bayesord._mixed.marginal_effects_mixed`.
+
+        Returns:
+            pandas DataFrame indexed by (term, outcome): outcome is ``P(y=<class>)`` or
+            ``E[class]``.
+        """
+        import pandas as pd
+
+        X, codes = self._inputs(X, groups)
+        effect, sd = marginal_effects_mixed(self._result(), X, codes, self.binary_columns_)
+        outcomes = [f"P(y={c})" for c in self.classes_] + ["E[class]"]
+        index = pd.MultiIndex.from_product([self._coef_names(), outcomes], names=["term", "outcome"])
+        table = posterior_table(index, np.asarray(effect, np.float64).ravel(),
+                                np.asarray(sd, np.float64).ravel(), level)
+        table.insert(0, "kind", np.repeat(np.where(self.binary_columns_, "change 0->1", "slope"),
+                                          len(outcomes)))
+        return table
+
     # ------------------------------------------------------------ persistence
     def _saved_state(self):
         if self.formula_ is not None:
@@ -398,6 +434,7 @@ class OrdinalMixed(SavableMixin, OrdinalEstimator):
         fields = {k: getattr(self.result_, k) for k in _RESULT_ARRAYS}
         arrays = {f"result.{k}": np.asarray(v) for k, v in fields.items()}
         arrays["groups_"] = np.asarray(self.groups_)
+        arrays["binary_columns_"] = np.asarray(self.binary_columns_)
         if arrays["groups_"].dtype.kind not in "iufUb":
             raise ValueError(f"group labels of dtype {arrays['groups_'].dtype} cannot be saved: use "
                              "numbers or text")
@@ -423,9 +460,12 @@ class OrdinalMixed(SavableMixin, OrdinalEstimator):
                            ("result.effects_var", res.effects_var, (q,)),
                            ("result.effects_cross", res.effects_cross, (q, m)))
         self.groups_ = arrays["groups_"]
+        self.binary_columns_ = np.asarray(arrays["binary_columns_"], bool)
+        self._check_shapes(("binary_columns_", self.binary_columns_, (d,)))
         self._set_result(res)
         self.formula_ = None
         self.group_name_ = None
+        self._spec = None
 
 
 _RESULT_ARRAYS = ("coef", "thresholds", "group_sd", "cov", "center", "scale", "eta", "eta_cov",
