@@ -54,7 +54,7 @@ def _feature_names(X) -> np.ndarray | None:
 
 
 def check_X(X, *, name: str = "X", accept_sparse: bool = False, n_features: int | None = None,
-            model: str = "the model"):
+            model: str = "the model", min_features: int = 1):
     """Validate a feature matrix.
 
     Args:
@@ -64,6 +64,8 @@ def check_X(X, *, name: str = "X", accept_sparse: bool = False, n_features: int 
         accept_sparse: whether scipy.sparse input is allowed.
         n_features: when given, the number of columns X must have.
         model: who expects ``n_features`` (the estimator's name), for the message.
+        min_features: the fewest columns allowed (0 for a model whose thresholds and group
+            effects alone make a model).
 
     Returns:
         (X, feature_names): a float ndarray (or CSR matrix) and the DataFrame column
@@ -92,7 +94,7 @@ def check_X(X, *, name: str = "X", accept_sparse: bool = False, n_features: int 
         X.sort_indices()
         if X.ndim != 2:
             raise ValueError(f"{name} must be 2-D, got {X.ndim} dimensions")
-        _check_not_empty(X.shape, name)
+        _check_not_empty(X.shape, name, min_features)
         if not np.all(np.isfinite(X.data)):
             raise ValueError(f"{name} contains NaN or infinite values")
     else:
@@ -112,7 +114,7 @@ def check_X(X, *, name: str = "X", accept_sparse: bool = False, n_features: int 
                 f"dimension(s) and shape {arr.shape}. Reshape your data: X.reshape(-1, 1) if it "
                 "holds a single feature, X.reshape(1, -1) if it is a single sample"
             )
-        _check_not_empty(arr.shape, name)
+        _check_not_empty(arr.shape, name, min_features)
         X = arr.astype(np.float64, copy=False)
         if not np.all(np.isfinite(X)):
             bad = int(np.sum(~np.isfinite(X)))
@@ -125,11 +127,12 @@ def check_X(X, *, name: str = "X", accept_sparse: bool = False, n_features: int 
     return X, names
 
 
-def _check_not_empty(shape, name):
+def _check_not_empty(shape, name, min_features=1):
     if shape[0] == 0:
         raise ValueError(f"{name} has 0 sample(s) (shape={shape}) while a minimum of 1 is required.")
-    if shape[1] == 0:
-        raise ValueError(f"{name} has 0 feature(s) (shape={shape}) while a minimum of 1 is required.")
+    if shape[1] < min_features:
+        raise ValueError(f"{name} has {shape[1]} feature(s) (shape={shape}) while a minimum of "
+                         f"{min_features} is required.")
 
 
 def column_moments(X):

@@ -96,6 +96,10 @@ def test_formula_labels_the_summary_by_term_and_class(wine_logit):
     assert row["z"] == pytest.approx(row["mean"] / row["sd"])
     assert row["p"] == pytest.approx(2 * norm.sf(abs(row["z"])))
     assert np.isnan(table.loc["sd(judge)", "p"])
+    # The sd's 95% interval: normal on the log scale, inside (0, inf).
+    sd, se = table.loc["sd(judge)", "mean"], table.loc["sd(judge)", "sd"]
+    np.testing.assert_allclose(table.loc["sd(judge)", ["2.5%", "97.5%"]].to_numpy(float),
+                               sd * np.exp(np.array([-1, 1]) * 1.959964 * se / sd), rtol=1e-6)
 
 
 @pytest.mark.slow
@@ -103,6 +107,21 @@ def test_formula_labels_the_summary_by_term_and_class(wine_logit):
 def test_matches_clmm(datasets_dir, name, link):
     model = OrdinalMixed.from_formula(FORMULA[name], _grouped(datasets_dir, name), link=link)
     _check_against_clmm(model, CLMM[(name, link)])
+
+
+@pytest.mark.slow
+def test_thresholds_and_groups_only_match_clmm(datasets_dir):
+    """``rating ~ (1 | judge)``: no fixed effects (clmm: thresholds -2.7229981094,
+    -0.5427634063, 1.0953367557, 2.3533567488, judge sd 0.5651198306, log-lik -102.9879971;
+    ours is 1.1e-3 higher, clmm stopping a little short of the maximum)."""
+    model = OrdinalMixed.from_formula("rating ~ (1 | judge)", _grouped(datasets_dir, "wine"), link="logit")
+    np.testing.assert_allclose(model.thresholds_, [-2.7229981094, -0.5427634063, 1.0953367557, 2.3533567488],
+                               atol=1e-3)
+    assert model.group_sd_ == pytest.approx(0.5651198306, abs=1e-3)
+    assert -102.9879971 <= model.loglik_ <= -102.9879971 + 2e-3
+    assert model.coef_.shape == (0,)
+    with pytest.raises(ValueError, match="no columns"):
+        model.marginal_effects(_grouped(datasets_dir, "wine"))
 
 
 def test_formula_predictions_for_known_and_new_groups(wine_logit, datasets_dir):

@@ -62,6 +62,9 @@ class OrdinalEstimator(BaseEstimator):
     # on their scales (the model does not standardise them).
     _offset_sensitive = False
     _scale_sensitive = True
+    # The fewest feature columns a fit takes (0 where the thresholds and group effects alone
+    # make a model).
+    _min_features = 1
     # How many thresholds_ a fitted model has beyond K - 1 (one per class: K).
     _extra_thresholds = 0
 
@@ -95,7 +98,7 @@ class OrdinalEstimator(BaseEstimator):
         elif own is not None and not same_order(own, classes):
             raise ValueError(f"classes={list(classes)!r} passed to fit differs from the estimator's "
                              f"classes={list(own)!r}; give one of them")
-        X, names = check_X(X, accept_sparse=self._accept_sparse)
+        X, names = check_X(X, accept_sparse=self._accept_sparse, min_features=self._min_features)
         if self._scale_sensitive and getattr(self, "kernel", None) != "precomputed":
             problem = column_scale_problems(X, names, offsets=self._offset_sensitive)
             if problem:
@@ -127,6 +130,7 @@ class OrdinalEstimator(BaseEstimator):
         """Check X against the fitted features; apply ``input_center_``/``input_scale_`` if set."""
         check_is_fitted(self, "classes_")
         X, names = check_X(X, accept_sparse=self._accept_sparse, n_features=self.n_features_in_,
+                           min_features=self._min_features,
                            model=type(self).__name__)
         fitted_names = getattr(self, "feature_names_in_", None)
         if fitted_names is not None and names is not None and list(names) != list(fitted_names):

@@ -157,6 +157,7 @@ class OrdinalMixed(SavableMixin, OrdinalEstimator):
     _format = "bayesord.OrdinalMixed/1"
     _scale_sensitive = False  # the fit standardises the columns itself
     _zero_weight_drops_row = True
+    _min_features = 0  # "rating ~ (1 | judge)": thresholds and group effects only
 
     def __init__(self, link="probit", tol=None, max_iter=100, max_inner=50, classes=None,
                  n_draws=200, random_state=None):
@@ -370,9 +371,10 @@ class OrdinalMixed(SavableMixin, OrdinalEstimator):
     def summary(self, level=0.95):
         """Estimates, sds, central intervals, z and two-sided p-values (as ``clmm`` prints them).
 
-        Rows: the fixed effects, the thresholds, and the group sd (its z and p are left
-        empty: a variance is tested against 0 on the boundary of its range, where the normal
-        reference does not hold; compare log-likelihoods with and without the group instead).
+        Rows: the fixed effects, the thresholds, and the group sd.  The sd's interval is
+        normal on the log scale (so it stays positive), and its z and p are left empty: a
+        variance is tested against 0 on the boundary of its range, where the normal reference
+        does not hold; compare log-likelihoods with and without the group instead.
         """
         from scipy.stats import norm
         from sklearn.utils.validation import check_is_fitted
@@ -384,7 +386,11 @@ class OrdinalMixed(SavableMixin, OrdinalEstimator):
         sd = np.sqrt(np.diag(self.cov_))
         z = mean / sd
         z[-1] = np.nan
-        return posterior_table(names, mean, sd, level, z=z, p=2 * norm.sf(np.abs(z)))
+        table = posterior_table(names, mean, sd, level, z=z, p=2 * norm.sf(np.abs(z)))
+        # The sd's interval on the log scale (delta method there), so it stays positive.
+        half = norm.ppf(0.5 + level / 2) * sd[-1] / mean[-1]
+        table.iloc[-1, 2:4] = mean[-1] * np.exp([-half, half])
+        return table
 
     def group_effects(self, level=0.95):
         """Each group's effect: conditional mode, posterior sd and central interval.
@@ -417,6 +423,8 @@ class OrdinalMixed(SavableMixin, OrdinalEstimator):
         import pandas as pd
 
         X, codes = self._inputs(X, groups)
+        if X.shape[1] == 0:
+            raise ValueError("the model has no columns, so no marginal effects")
         effect, sd = marginal_effects_mixed(self._result(), X, codes, self.binary_columns_)
         outcomes = [f"P(y={c})" for c in self.classes_] + ["E[class]"]
         index = pd.MultiIndex.from_product([self._coef_names(), outcomes], names=["term", "outcome"])
