@@ -477,3 +477,37 @@ def test_recovers_the_generating_model(link):
     table = model.group_effects()
     covered = np.mean((table["2.5%"] <= u) & (u <= table["97.5%"]))
     assert 0.917 <= covered <= 0.983
+
+
+# ---------------------------------------------------------------- formulas for OrdinalProbit
+def test_probit_from_formula_matches_statsmodels(datasets_dir):
+    """The fixed-effects model from a formula: statsmodels' OrderedModel.from_formula with the
+    same terms (maximum likelihood, logit)."""
+    from statsmodels.miscmodels.ordinal_model import OrderedModel
+
+    from bayesord import OrdinalProbit
+
+    wine = _grouped(datasets_dir, "wine")
+    model = OrdinalProbit.from_formula("rating ~ temp + contact", wine, thresholds="joint", alpha=0.0,
+                                       link="logit")
+    ref = OrderedModel.from_formula("rating ~ temp + contact", wine, distr="logit").fit(method="bfgs", disp=False)
+    np.testing.assert_allclose(model.coef_, ref.params[["temp[T.warm]", "contact[T.yes]"]], atol=1e-4)
+    X = np.c_[(wine.temp == "warm"), (wine.contact == "yes")].astype(float)
+    logistic = lambda z: 1 / (1 + np.exp(-z))  # noqa: E731
+    plug_in = _plugin_proba_scipy(model.coef_, model.thresholds_, np.zeros(1), X, -np.ones(len(X), int), logistic)
+    np.testing.assert_allclose(plug_in, ref.predict(), atol=1e-4)
+    # Data frames go through the formula's coding: the same as the coded arrays.
+    arrays = OrdinalProbit(thresholds="joint", alpha=0.0, link="logit").fit(X, wine.rating)
+    np.testing.assert_allclose(model.predict_proba(wine.iloc[:5]), arrays.predict_proba(X[:5]), atol=1e-8)
+    assert list(model.summary().index[:2]) == ["temp[T.warm]", "contact[T.yes]"]
+    with pytest.raises(ValueError, match="category the model was not fitted with"):
+        model.predict(wine.iloc[:2].assign(contact="maybe"))
+    with pytest.raises(TypeError, match="formula"):
+        model.predict(np.ones((2, 2)))
+    with pytest.raises(ValueError, match="cannot be saved yet"):
+        model.save("unused.npz")
+    with pytest.raises(ValueError, match="OrdinalMixed"):
+        OrdinalProbit.from_formula("rating ~ temp + (1 | judge)", wine)
+    # A refit with arrays forgets the formula's coding.
+    model.fit(X, wine.rating)
+    assert model.predict(X[:2]).shape == (2,)

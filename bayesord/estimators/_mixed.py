@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import re
-import warnings
 
 import jax
 import numpy as np
@@ -22,68 +20,12 @@ from .._shapes import bucket_rows, pad_rows
 from .._status import check_status
 from .._validation import float_dtype
 from ._base import OrdinalEstimator, SavableMixin, fresh_fit, posterior_table, threshold_names
+from ._formula import design_matrix, split_formula
 
 __all__ = ["OrdinalMixed"]
 
-# ``(1 | group)``: a random-intercept term of a formula (lme4's notation, as ``clmm`` uses it).
-_GROUP_TERM = re.compile(r"\(\s*([^()|]*?)\s*\|\s*([^()|]*?)\s*\)")
-
-
 def _fit_program(n_rows):
     return program_for_rows(fit_mixed, n_rows, ("config",))
-
-
-def _split_formula(formula):
-    """``"y ~ a + b + (1 | g)"`` -> ``("y", "a + b", "g")``."""
-    if not isinstance(formula, str):
-        raise TypeError(f"formula must be a string such as 'rating ~ temp + (1 | judge)', got "
-                        f"{type(formula).__name__}")
-    if formula.count("~") != 1:
-        raise ValueError(f"formula {formula!r} needs one '~' between the response and the terms")
-    lhs, rhs = (s.strip() for s in formula.split("~"))
-    terms = _GROUP_TERM.findall(rhs)
-    if len(terms) != 1:
-        raise ValueError(f"formula {formula!r} needs exactly one group term '(1 | group)'; "
-                         f"found {len(terms)} (one grouping factor is supported)")
-    expr, group = terms[0]
-    if expr != "1":
-        raise ValueError(f"formula {formula!r}: the group term must be '(1 | {group or 'group'})'; "
-                         f"random slopes ('({expr} | ...)') are not supported yet")
-    if not group or not re.fullmatch(r"\w+", group):
-        raise ValueError(f"formula {formula!r}: the group in '(1 | group)' must be one column name")
-    fixed = _GROUP_TERM.sub(" ", rhs)
-    fixed = re.sub(r"\+\s*(?=\+|$)", "", fixed.strip()).strip().lstrip("+").strip() or "1"
-    if not lhs:
-        raise ValueError(f"formula {formula!r} has no response before '~'")
-    return lhs, fixed, group
-
-
-def _design(spec_or_formula, data):
-    """The fixed-effects design matrix (a DataFrame without the intercept) and its spec.
-
-    Raises ValueError for a formula naming a column that ``data`` lacks, a category the fit
-    has not seen, or a formula without the intercept (the thresholds take its place).
-    """
-    from formulaic import ModelSpec, model_matrix
-    from formulaic.errors import FactorEvaluationError
-
-    try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("error", message=".*categories outside of the nominated levels.*")
-            if isinstance(spec_or_formula, ModelSpec):
-                mm = spec_or_formula.get_model_matrix(data)
-            else:
-                mm = model_matrix(spec_or_formula, data)
-    except FactorEvaluationError as err:
-        raise ValueError(f"the formula names something the data does not have: {err}") from None
-    except Warning as err:
-        raise ValueError(f"the data have a category the model was not fitted with ({err})") from None
-    if "Intercept" not in mm.columns:
-        raise ValueError("keep the intercept in an ordinal formula (no '- 1' or '+ 0'): the "
-                         "thresholds take its place, and without it a categorical term is coded "
-                         "with one column too many")
-    spec = mm.model_spec
-    return mm.drop(columns="Intercept"), spec
 
 
 def _labels_of_groups(groups, n, what="groups"):
@@ -187,12 +129,12 @@ class OrdinalMixed(SavableMixin, OrdinalEstimator):
 
         if not isinstance(data, pd.DataFrame):
             raise TypeError(f"data must be a pandas DataFrame, got {type(data).__name__}")
-        response, fixed, group = _split_formula(formula)
+        response, fixed, group = split_formula(formula)
         for name in (response, group):
             if name not in data.columns:
                 raise ValueError(f"formula {formula!r} names column {name!r}, which the data do not have "
                                  f"(columns: {list(data.columns)})")
-        X, spec = _design(fixed, data)
+        X, spec = design_matrix(fixed, data)
         model = cls(**params)
         model.fit(X, data[response], data[group], sample_weight=sample_weight)
         model.formula_ = formula
@@ -295,7 +237,7 @@ class OrdinalMixed(SavableMixin, OrdinalEstimator):
                     raise ValueError(f"the data have no column {self.group_name_!r} (the formula's "
                                      "group); add it, or pass groups=")
                 groups = X[self.group_name_]
-            X, _ = _design(spec, X)
+            X, _ = design_matrix(spec, X)
         elif groups is None:
             raise TypeError("predictions need each row's group: pass groups= (a label the fit has not "
                             "seen predicts for a new group)")

@@ -18,6 +18,7 @@ from .._shapes import bucket_rows, pad_rows
 from .._status import check_status, warn_user
 from .._validation import dependent_columns, float_dtype
 from ._base import OrdinalEstimator, SavableMixin, fresh_fit, posterior_table, threshold_names
+from ._formula import design_matrix, split_formula
 from ._uncertainty import UncertaintyMixin
 
 __all__ = ["OrdinalProbit"]
@@ -105,6 +106,44 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         self.random_state = random_state
 
     # ------------------------------------------------------------------ fitting
+    @classmethod
+    def from_formula(cls, formula, data, sample_weight=None, **params):
+        """Fit ``formula`` (``"rating ~ temp + contact"``) to the DataFrame ``data``.
+
+        Terms in formulaic's (R-like) syntax; text columns coded as treatment contrasts
+        against their first level (``temp[T.warm]``); the intercept is left to the
+        thresholds.  Every prediction method then takes DataFrames with the formula's columns,
+        and ``summary()`` is labelled by term.  A group term ``(1 | g)`` needs
+        :class:`bayesord.OrdinalMixed`.
+
+        Returns:
+            The fitted estimator.
+        """
+        import pandas as pd
+
+        if not isinstance(data, pd.DataFrame):
+            raise TypeError(f"data must be a pandas DataFrame, got {type(data).__name__}")
+        response, terms, _ = split_formula(formula, group_term=False)
+        if response not in data.columns:
+            raise ValueError(f"formula {formula!r} names column {response!r}, which the data do not "
+                             f"have (columns: {list(data.columns)})")
+        X, spec = design_matrix(terms, data)
+        model = cls(**params).fit(X, data[response], sample_weight=sample_weight)
+        model.formula_ = formula
+        model._spec = spec
+        return model
+
+    def _validate_predict(self, X):
+        spec = getattr(self, "_spec", None)
+        if spec is not None:
+            import pandas as pd
+
+            if not isinstance(X, pd.DataFrame):
+                raise TypeError("this model was fitted from a formula: pass a DataFrame with the "
+                                "formula's columns")
+            X, _ = design_matrix(spec, X)
+        return super()._validate_predict(X)
+
     def _config(self):
         for name in ("max_iter", "max_newton", "n_draws"):
             val = getattr(self, name)
@@ -153,6 +192,7 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
             ConvergenceWarning: an iteration cap was reached.
         """
         config = self._config()
+        self._spec = None  # a formula's coding applies to the fit from_formula makes only
         X, codes, sw = self._validate_fit(X, y, sample_weight, classes)
         alpha = self._alpha(X.shape[1])
         dtype = float_dtype()
@@ -285,6 +325,9 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
 
     # ------------------------------------------------------------ persistence
     def _saved_state(self):
+        if getattr(self, "_spec", None) is not None:
+            raise ValueError("a model fitted from a formula cannot be saved yet (its coding of the "
+                             "columns is not stored); fit it with arrays to save it")
         arrays = {f"result.{k}": v for k, v in self.result_._asdict().items()}
         return arrays, {"scalars": {"log_evidence_": self.log_evidence_, "n_iter_": self.n_iter_,
                                     "converged_": self.converged_}}

@@ -1,0 +1,74 @@
+"""Formulas for the estimators: R-like terms through formulaic, plus lme4's ``(1 | group)``."""
+
+from __future__ import annotations
+
+import re
+import warnings
+
+__all__ = ["design_matrix", "split_formula"]
+
+# ``(1 | group)``: a random-intercept term of a formula (lme4's notation, as ``clmm`` uses it).
+_GROUP_TERM = re.compile(r"\(\s*([^()|]*?)\s*\|\s*([^()|]*?)\s*\)")
+
+
+def split_formula(formula, group_term=True):
+    """``"y ~ a + b + (1 | g)"`` -> ``("y", "a + b", "g")``.
+
+    With ``group_term`` the formula must have exactly one ``(1 | group)`` term; without, it
+    must have none (and the third value is None).
+    """
+    if not isinstance(formula, str):
+        raise TypeError(f"formula must be a string such as 'rating ~ temp + contact', got "
+                        f"{type(formula).__name__}")
+    if formula.count("~") != 1:
+        raise ValueError(f"formula {formula!r} needs one '~' between the response and the terms")
+    lhs, rhs = (s.strip() for s in formula.split("~"))
+    if not lhs:
+        raise ValueError(f"formula {formula!r} has no response before '~'")
+    terms = _GROUP_TERM.findall(rhs)
+    if not group_term:
+        if terms:
+            raise ValueError(f"formula {formula!r} has a group term; fit it with OrdinalMixed")
+        return lhs, rhs or "1", None
+    if len(terms) != 1:
+        raise ValueError(f"formula {formula!r} needs exactly one group term '(1 | group)'; "
+                         f"found {len(terms)} (one grouping factor is supported)")
+    expr, group = terms[0]
+    if expr != "1":
+        raise ValueError(f"formula {formula!r}: the group term must be '(1 | {group or 'group'})'; "
+                         f"random slopes ('({expr} | ...)') are not supported yet")
+    if not group or not re.fullmatch(r"\w+", group):
+        raise ValueError(f"formula {formula!r}: the group in '(1 | group)' must be one column name")
+    fixed = _GROUP_TERM.sub(" ", rhs)
+    fixed = re.sub(r"\+\s*(?=\+|$)", "", fixed.strip()).strip().lstrip("+").strip() or "1"
+    return lhs, fixed, group
+
+
+def design_matrix(spec_or_formula, data):
+    """The fixed-effects design matrix (a DataFrame without the intercept) and its spec.
+
+    Raises ValueError for a formula naming a column that ``data`` lacks, a category the fit
+    has not seen, or a formula without the intercept (the thresholds take its place).
+    """
+    from formulaic import ModelSpec, model_matrix
+    from formulaic.errors import FactorEvaluationError
+
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", message=".*categories outside of the nominated levels.*")
+            if isinstance(spec_or_formula, ModelSpec):
+                mm = spec_or_formula.get_model_matrix(data)
+            else:
+                mm = model_matrix(spec_or_formula, data)
+    except FactorEvaluationError as err:
+        raise ValueError(f"the formula names something the data does not have: {err}") from None
+    except Warning as err:
+        raise ValueError(f"the data have a category the model was not fitted with ({err})") from None
+    if "Intercept" not in mm.columns:
+        raise ValueError("keep the intercept in an ordinal formula (no '- 1' or '+ 0'): the "
+                         "thresholds take its place, and without it a categorical term is coded "
+                         "with one column too many")
+    spec = mm.model_spec
+    return mm.drop(columns="Intercept"), spec
+
+
