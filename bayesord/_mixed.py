@@ -381,14 +381,13 @@ def fit_mixed(X, y, groups, weights, rtol, *, config: MixedConfig) -> MixedResul
     groups = jnp.asarray(groups, jnp.int32)
     weights = jnp.asarray(weights, dtype)
     rtol = jnp.asarray(rtol, dtype)
-    n, d = X.shape
+    d = X.shape[1]
     q, link, k1 = config.n_groups, config.link, config.n_classes - 1
     center, scale = center_and_scale(X, weights)
     Z = (X - center) / scale
     b0 = initial_thresholds(y, weights, config.n_classes, link, dtype)
     theta0 = jnp.concatenate([b0[:1], jnp.log(jnp.diff(b0))])
     eta0 = jnp.concatenate([jnp.zeros(d, dtype), theta0, jnp.full((1,), _INITIAL_TAU, dtype)])
-    v_zero = jnp.zeros(q, dtype)
     args = (Z, y, groups, weights)
 
     def objective(eta, v0):
@@ -404,7 +403,7 @@ def fit_mixed(X, y, groups, weights, rtol, *, config: MixedConfig) -> MixedResul
 
     # Group effects u = tau v*(eta): conditional variance tau^2 / D_jj plus the part of
     # eta's uncertainty that reaches them (delta method).
-    _, tau = eta[:-1], eta[-1]
+    tau = eta[-1]
     # dv*/deta = D^{-1} d(grad_v h)/deta at v* (the implicit function theorem, as in _modes).
     prec = _group_terms(v, eta, *args, link, q)[2]
     dv = jax.jacfwd(lambda e: _group_terms(v, e, *args, link, q)[1])(eta) / prec[:, None]

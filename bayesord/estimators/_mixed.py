@@ -24,6 +24,7 @@ from ._formula import design_matrix, split_formula
 
 __all__ = ["OrdinalMixed"]
 
+
 def _fit_program(n_rows):
     return program_for_rows(fit_mixed, n_rows, ("config",))
 
