@@ -15,6 +15,7 @@ from bayesord._compile_cache import QUICK_MAX_ROWS
 from bayesord._probit import fit_probit, predict_probit
 from bayesord._shapes import MIN_ROWS, bucket_rows
 from bayesord.datasets import make_ordinal_probit
+from bayesord.estimators._base import solver_tol
 from bayesord.estimators._probit import _fit_program, _predict_program
 
 X0, Y0, _ = make_ordinal_probit(120, 3, 3, seed=11, w=np.array([1.5, -1.0, 0.5]))
@@ -215,7 +216,7 @@ def test_nearby_row_counts_share_one_program_and_padding_changes_nothing(mode):
         sizes.append(program._cache_size())
     assert sizes[0] >= 1 and sizes[1] == sizes[0]
     for n, model in models.items():
-        ref = fit_probit(X[:n], y[:n] - 1, np.ones(n), 1.0, model._tol(np.float64),
+        ref = fit_probit(X[:n], y[:n] - 1, np.ones(n), 1.0, solver_tol(model.tol, np.float64),
                          config=model._config(), n_classes=4)
         np.testing.assert_allclose(model.coef_, ref.coef, rtol=1e-7, atol=1e-10)
         np.testing.assert_allclose(model.latent_thresholds_, ref.thresholds, rtol=1e-7, atol=1e-9)

@@ -29,8 +29,9 @@ from .._validation import (
     encode_labels,
 )
 
-__all__ = ["OrdinalEstimator", "SavableMixin", "SnapshotSavableMixin", "fresh_fit", "posterior_table",
-           "read_model_file", "reset_fitted", "set_input_transform", "threshold_names"]
+__all__ = ["OrdinalEstimator", "SavableMixin", "SnapshotSavableMixin", "class_from_proba", "fresh_fit",
+           "posterior_table", "read_model_file", "reset_fitted", "set_input_transform", "solver_tol",
+           "threshold_names"]
 
 
 class OrdinalEstimator(BaseEstimator):
@@ -127,8 +128,17 @@ class OrdinalEstimator(BaseEstimator):
         return X, codes, sw
 
     def _validate_predict(self, X):
-        """Check X against the fitted features; apply ``input_center_``/``input_scale_`` if set."""
+        """Check X against the fitted features; apply ``input_center_``/``input_scale_`` if set.
+
+        A model fitted from a formula (``_spec``, set by ``from_formula``) takes DataFrames
+        and codes them as the fit did.
+        """
         check_is_fitted(self, "classes_")
+        spec = getattr(self, "_spec", None)
+        if spec is not None:
+            from ._formula import formula_rows
+
+            X = formula_rows(spec, X)
         X, names = check_X(X, accept_sparse=self._accept_sparse, n_features=self.n_features_in_,
                            min_features=self._min_features,
                            model=type(self).__name__)
@@ -232,6 +242,26 @@ def _labels_1d(y, n):
     return arr
 
 
+def solver_tol(tol, dtype):
+    """A solver's relative tolerance: ``tol``, or 1e-10 in float64 and 1e-5 in float32."""
+    if tol is None:
+        return 1e-10 if dtype == np.float64 else 1e-5
+    if not (np.isfinite(tol) and tol > 0):
+        raise ValueError(f"tol must be a positive number, got {tol!r}")
+    return float(tol)
+
+
+def class_from_proba(proba, rule):
+    """Class codes from probabilities, (n, K): the most probable class (``"mode"``) or the
+    smallest whose cumulative probability reaches 1/2 (``"median"``, which minimises the
+    expected absolute error in class positions)."""
+    if rule == "mode":
+        return np.argmax(proba, axis=1)
+    if rule == "median":
+        return np.argmax(np.cumsum(proba, axis=1) >= 0.5, axis=1)
+    raise ValueError(f"rule must be 'mode' or 'median', got {rule!r}")
+
+
 def threshold_names(classes):
     """Row names of the thresholds in a summary table: ``threshold low|mid``, ..."""
     cls = [str(c) for c in classes]
@@ -302,6 +332,9 @@ class SavableMixin:
         fall back to their defaults on loading, with a warning.
         """
         check_is_fitted(self)
+        if getattr(self, "_spec", None) is not None:
+            raise ValueError("a model fitted from a formula cannot be saved yet (its coding of the "
+                             "columns is not stored); fit it with arrays to save it")
         arrays, meta = self._saved_state()
         _write_model_file(self, path, arrays, meta)
 

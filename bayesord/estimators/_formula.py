@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import warnings
 
-__all__ = ["design_matrix", "split_formula"]
+__all__ = ["design_matrix", "formula_rows", "split_formula"]
 
 # ``(1 | group)``: a random-intercept term of a formula (lme4's notation, as ``clmm`` uses it).
 _GROUP_TERM = re.compile(r"\(\s*([^()|]*?)\s*\|\s*([^()|]*?)\s*\)")
@@ -72,3 +72,12 @@ def design_matrix(spec_or_formula, data):
     return mm.drop(columns="Intercept"), spec
 
 
+
+
+def formula_rows(spec, data):
+    """The design matrix of ``data`` under the coding a model was fitted with (``spec``)."""
+    import pandas as pd
+
+    if not isinstance(data, pd.DataFrame):
+        raise TypeError("this model was fitted from a formula: pass a DataFrame with the formula's columns")
+    return design_matrix(spec, data)[0]

@@ -19,7 +19,15 @@ from .._mixed import (
 from .._shapes import bucket_rows, pad_rows
 from .._status import check_status
 from .._validation import float_dtype
-from ._base import OrdinalEstimator, SavableMixin, fresh_fit, posterior_table, threshold_names
+from ._base import (
+    OrdinalEstimator,
+    SavableMixin,
+    class_from_proba,
+    fresh_fit,
+    posterior_table,
+    solver_tol,
+    threshold_names,
+)
 from ._formula import design_matrix, split_formula
 
 __all__ = ["OrdinalMixed"]
@@ -151,13 +159,6 @@ class OrdinalMixed(SavableMixin, OrdinalEstimator):
         return MixedConfig(n_classes=n_classes, n_groups=n_groups, link=self.link,
                            max_newton=int(self.max_iter), max_inner=int(self.max_inner))
 
-    def _tol(self, dtype):
-        if self.tol is None:
-            return 1e-10 if dtype == np.float64 else 1e-5
-        if not (np.isfinite(self.tol) and self.tol > 0):
-            raise ValueError(f"tol must be a positive number, got {self.tol!r}")
-        return float(self.tol)
-
     @fresh_fit
     def fit(self, X, y, groups, sample_weight=None, classes=None):
         """Fit the model.
@@ -195,7 +196,7 @@ class OrdinalMixed(SavableMixin, OrdinalEstimator):
         n = X.shape[0]
         X, codes, g, sw = pad_rows(bucket_rows(n), X.astype(dtype), codes, g.astype(np.int32),
                                    sw.astype(dtype))
-        res = _fit_program(X.shape[0])(X, codes, g, sw, self._tol(dtype), config=config)
+        res = _fit_program(X.shape[0])(X, codes, g, sw, solver_tol(self.tol, dtype), config=config)
         check_status(res.status, "OrdinalMixed.fit")
         q = len(levels)
         res = jax.tree_util.tree_map(np.asarray, res)
@@ -226,22 +227,15 @@ class OrdinalMixed(SavableMixin, OrdinalEstimator):
     # --------------------------------------------------------------- prediction
     def _inputs(self, X, groups):
         """(X, group codes) for prediction: codes -1 for groups not seen in fitting."""
-        spec = getattr(self, "_spec", None)
-        if spec is not None:
-            import pandas as pd
-
-            if not isinstance(X, pd.DataFrame):
-                raise TypeError("this model was fitted from a formula: pass a DataFrame with the "
-                                "formula's columns")
-            if groups is None:
+        if groups is None:
+            if getattr(self, "_spec", None) is None:
+                raise TypeError("predictions need each row's group: pass groups= (a label the fit has "
+                                "not seen predicts for a new group)")
+            if hasattr(X, "columns"):  # anything else is refused by _validate_predict
                 if self.group_name_ not in X.columns:
                     raise ValueError(f"the data have no column {self.group_name_!r} (the formula's "
                                      "group); add it, or pass groups=")
                 groups = X[self.group_name_]
-            X, _ = design_matrix(spec, X)
-        elif groups is None:
-            raise TypeError("predictions need each row's group: pass groups= (a label the fit has not "
-                            "seen predicts for a new group)")
         X = self._validate_predict(X)
         labels = _labels_of_groups(groups, X.shape[0])
         index = {level: j for j, level in enumerate(self.groups_.tolist())}
@@ -271,14 +265,7 @@ class OrdinalMixed(SavableMixin, OrdinalEstimator):
 
     def predict(self, X, groups=None, rule="mode"):
         """Predicted labels: the most probable class (``rule="mode"``) or the median class."""
-        proba = self.predict_proba(X, groups)
-        if rule == "mode":
-            idx = np.argmax(proba, axis=1)
-        elif rule == "median":
-            idx = np.argmax(np.cumsum(proba, axis=1) >= 0.5, axis=1)
-        else:
-            raise ValueError(f"rule must be 'mode' or 'median', got {rule!r}")
-        return self._decode(idx)
+        return self._decode(class_from_proba(self.predict_proba(X, groups), rule))
 
     def predict_proba_interval(self, X, groups=None, level=0.95):
         """Central credible band and posterior sd of each class probability, each (n, K).
@@ -379,9 +366,6 @@ class OrdinalMixed(SavableMixin, OrdinalEstimator):
 
     # ------------------------------------------------------------ persistence
     def _saved_state(self):
-        if self.formula_ is not None:
-            raise ValueError("a model fitted from a formula cannot be saved yet (its coding of the "
-                             "columns is not stored); fit it with arrays to save it")
         fields = {k: getattr(self.result_, k) for k in _RESULT_ARRAYS}
         arrays = {f"result.{k}": np.asarray(v) for k, v in fields.items()}
         arrays["groups_"] = np.asarray(self.groups_)

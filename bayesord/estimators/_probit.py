@@ -17,7 +17,15 @@ from .._compile_cache import program_for_rows
 from .._shapes import bucket_rows, pad_rows
 from .._status import check_status, warn_user
 from .._validation import dependent_columns, float_dtype
-from ._base import OrdinalEstimator, SavableMixin, fresh_fit, posterior_table, threshold_names
+from ._base import (
+    OrdinalEstimator,
+    SavableMixin,
+    class_from_proba,
+    fresh_fit,
+    posterior_table,
+    solver_tol,
+    threshold_names,
+)
 from ._formula import design_matrix, split_formula
 from ._uncertainty import UncertaintyMixin
 
@@ -133,17 +141,6 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         model._spec = spec
         return model
 
-    def _validate_predict(self, X):
-        spec = getattr(self, "_spec", None)
-        if spec is not None:
-            import pandas as pd
-
-            if not isinstance(X, pd.DataFrame):
-                raise TypeError("this model was fitted from a formula: pass a DataFrame with the "
-                                "formula's columns")
-            X, _ = design_matrix(spec, X)
-        return super()._validate_predict(X)
-
     def _config(self):
         for name in ("max_iter", "max_newton", "n_draws"):
             val = getattr(self, name)
@@ -165,13 +162,6 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
             need = "non-negative" if self.thresholds == "joint" else "positive"
             raise ValueError(f"alpha must be {need} with thresholds={self.thresholds!r}")
         return alpha
-
-    def _tol(self, dtype):
-        if self.tol is None:
-            return 1e-10 if dtype == np.float64 else 1e-5
-        if not (np.isfinite(self.tol) and self.tol > 0):
-            raise ValueError(f"tol must be a positive number, got {self.tol!r}")
-        return float(self.tol)
 
     @fresh_fit
     def fit(self, X, y, sample_weight=None, classes=None):
@@ -196,7 +186,7 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         X, codes, sw = self._validate_fit(X, y, sample_weight, classes)
         alpha = self._alpha(X.shape[1])
         dtype = float_dtype()
-        tol = self._tol(dtype)
+        tol = solver_tol(self.tol, dtype)
         if config.thresholds == "joint" and np.any(alpha == 0):
             problem = dependent_columns(X, sw, getattr(self, "feature_names_in_", None))
             if problem:
@@ -263,14 +253,7 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         """Predicted labels: ``rule="mode"`` (most probable class, the default) or
         ``"median"`` (the smallest class whose cumulative probability reaches 1/2, which
         minimises the expected absolute error in class positions)."""
-        proba = self.predict_proba(X)
-        if rule == "mode":
-            idx = np.argmax(proba, axis=1)
-        elif rule == "median":
-            idx = np.argmax(np.cumsum(proba, axis=1) >= 0.5, axis=1)
-        else:
-            raise ValueError(f"rule must be 'mode' or 'median', got {rule!r}")
-        return self._decode(idx)
+        return self._decode(class_from_proba(self.predict_proba(X), rule))
 
     def predict_proba_interval(self, X, level=0.95):
         """Central credible band of each class probability under the posterior.
@@ -325,9 +308,6 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
 
     # ------------------------------------------------------------ persistence
     def _saved_state(self):
-        if getattr(self, "_spec", None) is not None:
-            raise ValueError("a model fitted from a formula cannot be saved yet (its coding of the "
-                             "columns is not stored); fit it with arrays to save it")
         arrays = {f"result.{k}": v for k, v in self.result_._asdict().items()}
         return arrays, {"scalars": {"log_evidence_": self.log_evidence_, "n_iter_": self.n_iter_,
                                     "converged_": self.converged_}}
