@@ -74,7 +74,15 @@ from jax.scipy.linalg import solve_triangular
 from ._basis import candidate_columns, candidate_rows, check_kernel, kernel_matrix
 from ._columns import center_and_scale
 from ._laplace import joint_posterior, laplace_at, laplace_log_evidence, newton_map
-from ._likelihood import LINKS, log_class_probs, ordinal_loglik, ordinal_terms, predictive_scale
+from ._likelihood import (
+    GH_NODES,
+    GH_WEIGHTS,
+    LINKS,
+    log_class_probs,
+    log_predictive_probs,
+    ordinal_loglik,
+    ordinal_terms,
+)
 from ._linalg import chol_inverse, chol_solve
 from ._progress import batch_label, emit
 from ._status import Status
@@ -117,7 +125,7 @@ class ISBORConfig:
         max_iter: cap on outer iterations.
         block_size: candidates scored per block (memory ``O(N * block_size)``).
         cache_basis: keep the whole ``N x N_c`` candidate basis in memory (small N only).
-        link: ``"probit"`` or ``"logit"``.
+        link: any of :data:`bayesord._links.LINKS`.
         newton_max_iter: cap on Newton iterations per MAP solve.
         learn_noise: whether sigma is learned (else it stays at 1).
         progress: report each iteration on stderr through a host callback (see
@@ -811,7 +819,6 @@ def fit_sbor(X, y, weights, cand_index, cand_valid, theta, *, config: ISBORConfi
 # ---------------------------------------------------------------------------------------
 # Prediction
 
-_GH_X, _GH_W = np.polynomial.hermite.hermgauss(64)
 
 
 def weight_cov(result: ISBORResult):
@@ -830,8 +837,9 @@ def predict_isbor(result: ISBORResult, X, *, kernel="rbf", degree=2, link="probi
     ``u_k = b_k - f(x)`` variance ``s_k^2 = v + Sigma_bb[k, k] - 2 a_k + a^T Sigma_bb^{-1} a``
     with ``v = phi(x)^T P_ww^{-1} phi(x)`` (the weights' conditional posterior) and
     ``a = Sigma_wb^T phi(x)``; ``P(y <= k | x) = F((b_k - m) / s_k)`` with
-    ``s_k = sqrt(sigma^2 + s_k^2)`` for the probit (exact) and the probit approximation for
-    the logit (:func:`bayesord._likelihood.predictive_scale`).  ``latent_var`` is the
+    ``s_k = sqrt(sigma^2 + s_k^2)`` for the probit (exact), the probit approximation for
+    the logit, and quadrature for the other links
+    (:func:`bayesord._likelihood.log_predictive_probs`).  ``latent_var`` is the
     marginal variance of f(x), ``v + a^T Sigma_bb^{-1} a``.  ``proba_std`` is the standard
     deviation of ``P(y = k | f)`` over the weights' posterior with the thresholds at their
     estimate, ``f ~ N(m, v)`` (64-point Gauss-Hermite, accurate to about 1e-5 absolute
@@ -863,13 +871,12 @@ def predict_isbor(result: ISBORResult, X, *, kernel="rbf", degree=2, link="probi
     weight_var = jnp.sum(V * V, axis=0)
     var = weight_var + jnp.sum(a * c, axis=1)
     margin_var = var[:, None] + jnp.diag(result.thresholds_cov)[None, :] - 2.0 * a
-    scale = predictive_scale(jnp.maximum(margin_var, 0.0), result.sigma, link)
-    log_p = log_class_probs(mean, scale, result.b, link)
+    log_p = log_predictive_probs(mean, margin_var, result.sigma, result.b, link)[0]
     proba = jnp.exp(log_p)
-    nodes = mean[:, None] + jnp.sqrt(2.0 * weight_var)[:, None] * jnp.asarray(_GH_X, dtype)[None, :]
+    nodes = mean[:, None] + jnp.sqrt(2.0 * weight_var)[:, None] * jnp.asarray(GH_NODES, dtype)[None, :]
     lp_nodes = log_class_probs(nodes.reshape(-1), jnp.full(nodes.size, result.sigma, dtype),
                                result.b, link).reshape(nodes.shape + (result.b.shape[0] + 1,))
-    wq = jnp.asarray(_GH_W / np.sqrt(np.pi), dtype)
+    wq = jnp.asarray(GH_WEIGHTS / np.sqrt(np.pi), dtype)
     second = jnp.einsum("q,nqk->nk", wq, jnp.exp(2.0 * lp_nodes))
     first = jnp.einsum("q,nqk->nk", wq, jnp.exp(lp_nodes))
     std = jnp.sqrt(jnp.maximum(second - first * first, 0.0))

@@ -199,7 +199,7 @@ def newton_map(Phi, y, weights, b, sigma, alpha, w0, rtol, *, link="probit", max
         alpha: prior precisions, shape (m,) (all positive).
         w0: starting point, shape (m,).
         rtol: relative tolerance on the Newton decrement.
-        link: "probit" or "logit".
+        link: any of :data:`bayesord._links.LINKS`.
         max_iter: iteration cap.
 
     Returns:

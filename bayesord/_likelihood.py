@@ -6,25 +6,28 @@ is (ISBOR paper, Eq. 4)::
 
     P(y = k | f) = F((b_{k+1} - f) / sigma) - F((b_k - f) / sigma)
 
-with ``F`` the standard normal CDF (probit link) or the logistic CDF (logit link).
+with ``F`` the CDF of the link's noise distribution (:mod:`bayesord._links`: probit,
+logit, complementary log-log, log-log, Cauchit).
 
 The difference is never formed in probability space.  With ``u > v`` the two
-standardised arguments, ``log(F(u) - F(v)) = log F(a) + log1mexp(log F(c) - log F(a))``
-where ``(a, c) = (u, v)``, reflected to ``(-v, -u)`` when both lie in the upper tail
-(``v > 0``), so both terms are taken where ``F`` is small and accurate.  The outer
-classes use one CDF only (``F(u)`` or ``F(-v)``).  Infinite outer thresholds are never
-fed to arithmetic: safe placeholder values go into the unselected branches
-("double where"), so value and gradients stay finite.
+standardised arguments, ``log(F(u) - F(v)) = log F(u) + log1mexp(log F(v) - log F(u))``,
+or when both lie in the upper tail (``v > 0``) the same in survival functions ``S = 1 - F``,
+``log S(v) + log1mexp(log S(u) - log S(v))``, so both terms are taken where they are small
+and accurate.  The outer classes use one function only (``F(u)`` or ``S(v)``).  Infinite
+outer thresholds are never fed to arithmetic: safe placeholder values go into the
+unselected branches ("double where"), so value and gradients stay finite.
 
 Derivatives (Eq. 8-9 of the ISBOR paper, derived here in full): with ``lam_u =
 f(u)/P``, ``lam_v = f(v)/P`` (``f`` the density) and ``g(z) = f'(z)/f(z)`` (``-z`` for the
-probit, ``-tanh(z/2)`` for the logit),
+probit, ``-tanh(z/2)`` for the logit; the table in :mod:`bayesord._links`),
 
     d logP / d f  = -(lam_u - lam_v) / sigma                      (the paper's -delta_n)
     -d2 logP / df2 = [(lam_u - lam_v)^2 - g(u) lam_u + g(v) lam_v] / sigma^2   (H_nn)
 
 which for the probit is the paper's ``H_nn = [(N1-N2)^2/P^2 + (z1 N1 - z2 N2)/P]/sigma^2``
-(the extraction drops the ``+``).  ``H_nn >= 0``: the likelihood is log-concave in f.
+(the extraction drops the ``+``).  ``H_nn >= 0`` wherever the noise density is log-concave
+(probit, logit, complementary log-log, log-log): the likelihood is then log-concave in f.
+The Cauchy density is not, and an outlying observation can give ``H_nn < 0``.
 """
 
 from __future__ import annotations
@@ -34,14 +37,19 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-from jax.scipy.special import ndtri
+
+import numpy as np
+
+from ._links import LINKS, get_link, log1mexp
 
 __all__ = [
     "LINKS",
     "log_cdf",
+    "log_sf",
     "log_pdf",
     "quantile",
     "predictive_scale",
+    "log_predictive_probs",
     "log1mexp",
     "log_interval",
     "OrdinalTerms",
@@ -51,48 +59,37 @@ __all__ = [
     "ordinal_loglik",
     "log_class_probs",
     "log_cumulative_probs",
+    "GH_NODES",
+    "GH_WEIGHTS",
 ]
 
-LINKS = ("probit", "logit")
-_LOG_SQRT_2PI = 0.9189385332046727
-
-
-def _check_link(link: str) -> None:
-    if link not in LINKS:
-        raise ValueError(f"link must be one of {LINKS}, got {link!r}")
-
-
-def _log_ndtr(z):
-    """``log Phi(z)``, accurate over the whole line and cheaper than ``jax.scipy``'s version.
-
-    One ``erfc`` per element, ``e = erfc(|z|/sqrt 2)``, serves two regimes:
-    ``log1p(-e/2)`` for ``z >= 0`` and ``log(e/2)`` for ``z < 0`` down to where ``e`` nears
-    underflow; below that the asymptotic series
-    ``log phi(z) - log(-z) + log(1 - 1/z^2 + 3/z^4 - 15/z^6 + 105/z^8)``, whose truncation
-    error (``945/z^10``) is below the dtype's precision there.
-    """
-    cut = -37.0 if z.dtype == jnp.float64 else -9.0
-    upper = z >= 0
-    low = z <= cut
-    half_e = 0.5 * jax.lax.erfc(jnp.abs(jnp.where(low, 0.0, z)) * 0.7071067811865476)
-    z_low = jnp.where(low, z, cut)
-    r = 1.0 / (z_low * z_low)
-    series = 1.0 + r * (-1.0 + r * (3.0 + r * (-15.0 + r * 105.0)))
-    tail = -0.5 * z_low * z_low - _LOG_SQRT_2PI - jnp.log(-z_low / series)
-    lower = jnp.log(jnp.where(upper, 1.0, half_e))  # half_e underflows for large z >= 0
-    return jnp.where(upper, jnp.log1p(-half_e), jnp.where(low, tail, lower))
+GH_NODES, GH_WEIGHTS = np.polynomial.hermite.hermgauss(64)
+_GH_LOG_WEIGHTS = np.log(GH_WEIGHTS) - 0.5 * np.log(np.pi)
 
 
 def log_cdf(z, link: str = "probit"):
-    """log F(z): the normal CDF for the probit, ``log_sigmoid`` for the logit."""
-    _check_link(link)
-    return _log_ndtr(z) if link == "probit" else jax.nn.log_sigmoid(z)
+    """``log F(z)`` of the link's noise distribution (:mod:`bayesord._links`)."""
+    return get_link(link).log_cdf(z)
+
+
+def log_sf(z, link: str = "probit"):
+    """``log(1 - F(z))``, accurate where ``F(z)`` is close to one."""
+    return get_link(link).log_sf(z)
 
 
 def quantile(p, link: str = "probit"):
-    """``F^{-1}(p)``: the normal quantile for the probit, the logit function for the logit."""
-    _check_link(link)
-    return ndtri(p) if link == "probit" else jnp.log(p) - jnp.log1p(-p)
+    """``F^{-1}(p)``."""
+    return get_link(link).quantile(p)
+
+
+def log_pdf(z, link: str = "probit"):
+    """``log f(z)``, the log density of the link's noise distribution."""
+    return get_link(link).log_pdf(z)
+
+
+def _dlog_pdf(z, link: str):
+    """``f'(z) / f(z)``."""
+    return get_link(link).dlog_pdf(z)
 
 
 def predictive_scale(var, sigma, link: str = "probit"):
@@ -100,47 +97,36 @@ def predictive_scale(var, sigma, link: str = "probit"):
 
     Exact for the probit, ``s = sqrt(sigma^2 + var)``; for the logit the probit
     approximation of the logistic-Gaussian integral (MacKay 1992),
-    ``s = sigma sqrt(1 + pi var / (8 sigma^2))``.
+    ``s = sigma sqrt(1 + pi var / (8 sigma^2))``.  Links without such a form
+    (``Link.predictive_scale`` is None) raise ``ValueError``: use
+    :func:`log_predictive_probs`, which integrates them by quadrature.
     """
-    _check_link(link)
-    if link == "probit":
-        return jnp.sqrt(sigma * sigma + var)
-    return sigma * jnp.sqrt(1.0 + jnp.pi * var / (8.0 * sigma * sigma))
+    scale = get_link(link).predictive_scale
+    if scale is None:
+        raise ValueError(f"the {link} link has no predictive scale; use log_predictive_probs")
+    return scale(var, sigma)
 
 
-def log_pdf(z, link: str = "probit"):
-    """log f(z), the log density of the link's noise distribution."""
-    _check_link(link)
-    if link == "probit":
-        return -0.5 * z * z - _LOG_SQRT_2PI
-    return jax.nn.log_sigmoid(z) + jax.nn.log_sigmoid(-z)
-
-
-def _dlog_pdf(z, link: str):
-    """f'(z) / f(z)."""
-    return -z if link == "probit" else -jnp.tanh(0.5 * z)
-
-
-def log1mexp(x):
-    """``log(1 - exp(x))`` for ``x <= 0``, accurate at both ends (Maechler 2012)."""
-    x = jnp.minimum(x, 0.0)
-    near = x > -0.6931471805599453
-    x_near = jnp.where(near, x, -1.0)
-    x_far = jnp.where(near, -1.0, x)
-    return jnp.where(near, jnp.log(-jnp.expm1(x_near)), jnp.log1p(-jnp.exp(x_far)))
+def _log_tail(x, upper, link):
+    """``log(1 - F(x))`` where ``upper``, else ``log F(x)``: one CDF evaluation per element
+    for a symmetric link (``1 - F(x) = F(-x)``), both functions otherwise."""
+    spec = get_link(link)
+    if spec.symmetric:
+        return spec.log_cdf(jnp.where(upper, -x, x))
+    return jnp.where(upper, spec.log_sf(x), spec.log_cdf(x))
 
 
 def log_interval(u, v, link: str = "probit"):
     """``log(F(u) - F(v))`` for finite ``u > v``, without subtracting probabilities.
 
-    Both arguments are reflected into the lower tail (``F(u) - F(v) = F(-v) - F(-u)``)
-    when ``v > 0``.  The link's noise distribution must be symmetric (both are).
+    ``log F(u) + log1mexp(log F(v) - log F(u))``, or, when ``v > 0``, the same in survival
+    functions, ``log S(v) + log1mexp(log S(u) - log S(v))`` with ``S = 1 - F``: both terms
+    are taken where they are small and accurate, for symmetric and asymmetric links alike
+    (``F(0)`` is 1/2 or ``1 - 1/e`` or ``1/e``, so neither form cancels badly at ``v = 0``).
     """
     reflect = v > 0
-    a = jnp.where(reflect, -v, u)
-    c = jnp.where(reflect, -u, v)
-    la = log_cdf(a, link)
-    return la + log1mexp(log_cdf(c, link) - la)
+    la = _log_tail(jnp.where(reflect, v, u), reflect, link)
+    return la + log1mexp(_log_tail(jnp.where(reflect, u, v), reflect, link) - la)
 
 
 class OrdinalTerms(NamedTuple):
@@ -188,16 +174,16 @@ def _standardise(f, y, b, sigma):
 def _logp_from_uv(u, v, lo_inf, hi_inf, link):
     """``log(F(u) - F(v))`` with ``v = -inf`` (``lo_inf``) or ``u = +inf`` (``hi_inf``) allowed.
 
-    One formula for all classes: ``log F(a) + log1mexp(log F(c) - log F(a))`` with
-    ``(a, c) = (u, v)`` or the reflection ``(-v, -u)``; an infinite ``c`` drops the second
-    term.  Two CDF evaluations per sample.
+    One formula for all classes, :func:`log_interval`'s: ``log T(a) + log1mexp(log T(c) -
+    log T(a))`` with ``(T, a, c) = (F, u, v)`` or, reflected, ``(1 - F, v, u)``; an infinite
+    ``c`` drops the second term.  Two tail evaluations per sample.
     """
     reflect = hi_inf | (~lo_inf & (v > 0))
-    a = jnp.where(reflect, -v, u)
-    c = jnp.where(reflect, -u, v)
+    a = jnp.where(reflect, v, u)
+    c = jnp.where(reflect, u, v)
     c_inf = lo_inf | hi_inf
-    la = log_cdf(a, link)
-    lc = log_cdf(jnp.where(c_inf, a - 1.0, c), link)
+    la = _log_tail(a, reflect, link)
+    lc = _log_tail(jnp.where(c_inf, jnp.where(reflect, a + 1.0, a - 1.0), c), reflect, link)
     return la + jnp.where(c_inf, 0.0, log1mexp(lc - la))
 
 
@@ -320,6 +306,57 @@ def log_class_probs(mean, scale, b, link: str = "probit"):
     """
     z = _standardised_thresholds(mean, scale, b)
     first = log_cdf(z[:, :1], link)
-    last = log_cdf(-z[:, -1:], link)
+    last = log_sf(z[:, -1:], link)
     middle = log_interval(z[:, 1:], z[:, :-1], link)
     return jnp.concatenate([first, middle, last], axis=1)
+
+
+def _quadrature_log_probs(mean, var, sigma, b, link):
+    """:func:`log_predictive_probs` by 64-point Gauss-Hermite quadrature over each
+    ``b_k - f ~ N(b_k - mean, var_k)``.
+
+    ``log P(y <= k)`` and ``log P(y > k)`` are each a log-sum-exp over the nodes of the
+    link's ``log F`` and ``log(1 - F)``, so both stay accurate in their small tails; the
+    class probabilities are their differences, taken as in :func:`log_interval` (in
+    ``P(y <= k)`` below the median, in ``P(y > k)`` above it), and forced monotone in k like
+    :func:`_standardised_thresholds` does for the closed forms.
+    """
+    var = jnp.broadcast_to(var[:, None] if var.ndim == 1 else var, (mean.shape[0], b.shape[0]))
+    nodes = jnp.asarray(GH_NODES, mean.dtype)
+    log_w = jnp.asarray(_GH_LOG_WEIGHTS, mean.dtype)
+    z = ((b[None, :] - mean[:, None])[..., None]
+         + jnp.sqrt(2.0 * jnp.maximum(var, 0.0))[..., None] * nodes) / sigma
+    log_cum = jax.lax.cummax(jax.nn.logsumexp(log_cdf(z, link) + log_w, axis=-1), axis=1)
+    log_sur = jax.lax.cummin(jax.nn.logsumexp(log_sf(z, link) + log_w, axis=-1), axis=1)
+    lo_cum, hi_cum = log_cum[:, :-1], log_cum[:, 1:]
+    lo_sur, hi_sur = log_sur[:, :-1], log_sur[:, 1:]
+    upper = lo_cum > -0.6931471805599453
+    la = jnp.where(upper, lo_sur, hi_cum)
+    lc = jnp.where(upper, hi_sur, lo_cum)
+    middle = la + log1mexp(jnp.minimum(lc - la, 0.0))
+    return jnp.concatenate([log_cum[:, :1], middle, log_sur[:, -1:]], axis=1), log_cum
+
+
+def log_predictive_probs(mean, var, sigma, b, link: str = "probit"):
+    """Log class and cumulative probabilities of a latent value with Gaussian uncertainty.
+
+    ``P(y <= k) = E[F((b_k - f) / sigma)]`` where ``b_k - f ~ N(b_k - mean, var_k)``.  Links
+    with a predictive scale (:func:`predictive_scale`: exact for the probit, MacKay's
+    approximation for the logit) use ``F((b_k - mean) / s_k)``; the others are integrated by
+    64-point Gauss-Hermite quadrature, accurate to about 1e-6 while ``sqrt(var)`` is at most
+    a few ``sigma`` (``tests/test_links.py`` checks it against adaptive quadrature).
+
+    Args:
+        mean: latent means, shape (n,).
+        var: variance of ``b_k - f``, shape (n,) (certain thresholds) or (n, K-1).
+        sigma: noise scale.
+        b: thresholds, shape (K-1,).
+
+    Returns:
+        ``(log_proba, log_cum_proba)`` of shapes (n, K) and (n, K-1).
+    """
+    scale = get_link(link).predictive_scale
+    if scale is None:
+        return _quadrature_log_probs(mean, var, sigma, b, link)
+    s = scale(jnp.maximum(var, 0.0), sigma)
+    return log_class_probs(mean, s, b, link), log_cumulative_probs(mean, s, b, link)

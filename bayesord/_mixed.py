@@ -33,7 +33,8 @@ propagated through ``tau v*_j(eta)`` (delta method), and so does its covariance 
 **Predictions.**  For a row of a known group ``j`` the margin ``a_k = b_k - x^T beta - u_j``
 is Gaussian to first order with mean ``a*_k`` and variance ``s_k^2`` from the joint
 Gaussian above, so ``P(y <= k) = E F(a_k) = Phi(a*_k / sqrt(1 + s_k^2))``, exact for the
-probit (the probit approximation for the logit, as in :mod:`bayesord._probit`).  For a new
+probit (the probit approximation for the logit, quadrature for the other links:
+:func:`bayesord._likelihood.log_predictive_probs`).  For a new
 group ``u ~ N(0, tau^2)`` replaces the group's posterior: ``s_k^2 = Var(b_k - x^T beta) +
 tau^2`` (the group variance at its estimate; the posterior draws of
 :func:`sample_class_probs_mixed` include its uncertainty too).
@@ -54,7 +55,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._columns import center_and_scale
-from ._likelihood import LINKS, log_class_probs, log_cumulative_probs, ordinal_ratios, predictive_scale, terms_from_ratios
+from ._likelihood import LINKS, log_class_probs, log_predictive_probs, ordinal_ratios, terms_from_ratios
 from ._linalg import safe_cholesky
 from ._status import Status
 from ._thresholds import initial_thresholds, thresholds_from_params, thresholds_jacobian
@@ -79,7 +80,8 @@ class MixedConfig:
     Attributes:
         n_classes: K, the number of ordered classes.
         n_groups: q, the number of levels of the grouping factor.
-        link: "probit" or "logit".
+        link: any of :data:`bayesord._links.LINKS` ("probit", "logit", "cloglog",
+            "loglog", "cauchit").
         max_newton: cap on Newton iterations of the outer maximisation of (1).
         max_inner: cap on Newton iterations of each conditional-mode solve.
     """
@@ -470,11 +472,9 @@ def predict_mixed(result: MixedResult, X, groups) -> MixedPrediction:
     link = result.config.link
     groups = jnp.asarray(groups, jnp.int32)
     mean, b, margin_var = _margin_moments(result, X, groups)
-    one = jnp.ones((), mean.dtype)
-    scale = predictive_scale(margin_var, one, link)
-    return MixedPrediction(mean=mean, margin_var=margin_var,
-                           proba=jnp.exp(log_class_probs(mean, scale, b, link)),
-                           cum_proba=jnp.exp(log_cumulative_probs(mean, scale, b, link)))
+    log_p, log_cum = log_predictive_probs(mean, margin_var, jnp.ones((), mean.dtype), b, link)
+    return MixedPrediction(mean=mean, margin_var=margin_var, proba=jnp.exp(log_p),
+                           cum_proba=jnp.exp(log_cum))
 
 
 @partial(jax.jit, static_argnames=("n_draws",))
@@ -484,7 +484,7 @@ def sample_class_probs_mixed(result: MixedResult, X, groups, key, *, n_draws: in
     Each draw takes ``eta`` from its Laplace posterior and each row's group effect from
     its conditional Gaussian given that ``eta`` (the joint Gaussian of the module docstring);
     a row of a new group (code -1) gets the probabilities integrated over ``N(0, tau_s^2)``
-    with the drawn ``tau_s`` (exact for the probit, the probit approximation for the logit).
+    with the drawn ``tau_s`` (:func:`bayesord._likelihood.log_predictive_probs`).
     Their spread is the posterior uncertainty of the class probabilities.
     """
     link = result.config.link
@@ -509,8 +509,8 @@ def sample_class_probs_mixed(result: MixedResult, X, groups, key, *, n_draws: in
         beta_z, b, tau = _unpack(eta + e_s, d)
         u = result.effects[g] + gain @ e_s + jnp.sqrt(cond_var) * eps_s
         mean = Z @ beta_z + jnp.where(known, u, 0.0)
-        scale = jnp.where(known, one, predictive_scale(tau * tau, one, link))
-        return jnp.exp(log_class_probs(mean, scale, b, link))
+        var = jnp.where(known, 0.0, tau * tau)
+        return jnp.exp(log_predictive_probs(mean, var, one, b, link)[0])
 
     return jax.vmap(one_draw)(e, eps)
 

@@ -70,7 +70,7 @@ from ._laplace import (
     map_weights,
     newton_map_joint,
 )
-from ._likelihood import LINKS, log_class_probs, log_cumulative_probs, ordinal_terms, predictive_scale
+from ._likelihood import LINKS, log_class_probs, log_predictive_probs, ordinal_terms
 from ._linalg import chol_inverse, chol_logdet, chol_solve, safe_cholesky
 from ._shapes import bucket_rows, pad_rows
 from ._status import Status
@@ -102,7 +102,8 @@ class ProbitConfig:
     """Static configuration of :func:`fit_probit` (hashable; sets control flow only).
 
     Attributes:
-        link: "probit" (Gaussian noise, the ISBOR likelihood) or "logit".
+        link: "probit" (Gaussian noise, the ISBOR likelihood) or any other of
+            :data:`bayesord._links.LINKS`.
         thresholds: "evidence" (type-II ML of thresholds and alpha) or "joint" (MAP of
             thresholds with w for a fixed alpha).
         prior: "gaussian" (one alpha) or "ard" (one alpha per feature).
@@ -466,8 +467,10 @@ def predict_probit(result: ProbitResult, X, *, link: str = "probit") -> ProbitPr
 
     Integrates the joint Gaussian posterior of (w, b): with ``x_c = x - center``,
     ``m = x_c^T w*`` and ``s_k^2 = Var(b_k - x_c^T w)`` (see the module docstring),
-    ``P(y <= k) = F((b_k - m) / sqrt(sigma^2 + s_k^2))`` -- exact for the probit, the probit
-    approximation for the logit (:func:`bayesord._likelihood.predictive_scale`).
+    ``P(y <= k) = E[F((b_k - x_c^T w) / sigma)]`` with ``b_k - x_c^T w ~ N(b_k - m, s_k^2)``:
+    ``F((b_k - m) / sqrt(sigma^2 + s_k^2))`` for the probit (exact), the probit approximation
+    for the logit, quadrature for the other links
+    (:func:`bayesord._likelihood.log_predictive_probs`).
     """
     X = jnp.asarray(X, result.coef.dtype)
     Xc = X - result.center
@@ -475,11 +478,9 @@ def predict_probit(result: ProbitResult, X, *, link: str = "probit") -> ProbitPr
     weight_var = jnp.einsum("ij,jk,ik->i", Xc, result.coef_cov, Xc)
     margin_var = (weight_var[:, None] - 2.0 * Xc @ result.cross_cov
                   + jnp.diag(result.thresholds_cov)[None, :])
-    scale = predictive_scale(jnp.maximum(margin_var, 0.0), result.sigma, link)
-    proba = jnp.exp(log_class_probs(mean_c, scale, result.thresholds, link))
-    cum = jnp.exp(log_cumulative_probs(mean_c, scale, result.thresholds, link))
-    return ProbitPrediction(mean=mean_c, var=jnp.maximum(weight_var, 0.0), proba=proba,
-                            cum_proba=cum)
+    log_p, log_cum = log_predictive_probs(mean_c, margin_var, result.sigma, result.thresholds, link)
+    return ProbitPrediction(mean=mean_c, var=jnp.maximum(weight_var, 0.0), proba=jnp.exp(log_p),
+                            cum_proba=jnp.exp(log_cum))
 
 
 @jax.jit

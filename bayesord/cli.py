@@ -650,8 +650,9 @@ def _parser():
                         "4x faster), or PSIS-LOO")
     f.add_argument("--seed", type=int, help="random seed of the models that draw random numbers "
                                             "(default: 0)")
-    f.add_argument("--link", choices=["probit", "logit"],
-                   help="probit/isbor/sbor: latent noise distribution (default: probit)")
+    f.add_argument("--link", metavar="NAME",
+                   help="probit/isbor/sbor: latent noise distribution, e.g. probit (default), "
+                        "logit, cloglog; an unknown name is refused with the list of links")
     f.add_argument("--classes", help="comma-separated labels from lowest to highest")
     f.add_argument("--unlabeled", metavar="CSV",
                    help="tor: CSV file of unlabeled rows with the same feature columns (a target "

@@ -23,6 +23,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.special import ndtri
 
+from ._links import get_link
 from ._status import warn_user
 
 __all__ = [
@@ -643,7 +644,7 @@ class OrdinalTruth(NamedTuple):
     sigma: float
     """Noise scale: sd of the Gaussian noise (probit), scale of the logistic noise (logit)."""
     link: str
-    """'probit' or 'logit'."""
+    """The link's name (:data:`bayesord._links.LINKS`)."""
 
 
 def make_ordinal_probit(
@@ -656,12 +657,13 @@ def make_ordinal_probit(
     sigma: float = 1.0,
     link: str = "probit",
 ):
-    """Sample from a linear ordinal probit (or logit) model with known parameters.
+    """Sample from a linear ordinal probit (or other link) model with known parameters.
 
-    x ~ N(0, I_d), f = xᵀw + ε with ε ~ N(0, σ²) (probit) or logistic with scale σ
-    (logit), and y = k when b_{k-1} < f <= b_k (b_0 = -∞, b_K = +∞); so
-    P(y = k | x) = G((b_k - xᵀw)/σ) - G((b_{k-1} - xᵀw)/σ) with G the normal or logistic
-    CDF (the ISBOR paper's Eq. 4 for the probit).
+    x ~ N(0, I_d), f = xᵀw + ε with ε = σ e, e the link's standard noise (normal for the
+    probit, logistic for the logit, Gumbel-minimum for the complementary log-log, Gumbel
+    for the log-log, Cauchy for the Cauchit), and y = k when b_{k-1} < f <= b_k (b_0 = -∞,
+    b_K = +∞); so P(y = k | x) = G((b_k - xᵀw)/σ) - G((b_{k-1} - xᵀw)/σ) with G the
+    noise's CDF (the ISBOR paper's Eq. 4 for the probit).
 
     Args:
         n: number of samples.
@@ -671,10 +673,11 @@ def make_ordinal_probit(
             then X, then the noise).
         w: true weights, shape (d,); default standard normal draws.
         thresholds: strictly increasing, shape (K-1,); default the k/K quantiles of
-            N(0, |w|² + s²) with s² the noise variance (σ² for probit, σ²π²/3 for
-            logit): equiprobable classes for the probit, nearly so for the logit.
+            N(0, |w|² + s²) with s² = σ² ``Link.normal_var`` (σ² for the probit,
+            σ²π²/3 for the logit): equiprobable classes for the probit, roughly so for
+            the others.
         sigma: noise scale σ > 0.
-        link: ``"probit"`` or ``"logit"``.
+        link: a name in :data:`bayesord._links.LINKS`.
 
     Returns:
         (X, y, truth): X (n, d) float64, y int64 classes in 1..K, truth an
@@ -688,8 +691,7 @@ def make_ordinal_probit(
     for name, value, least in (("n", n, 1), ("d", d, 1), ("n_classes", n_classes, 2)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
             raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
-    if link not in ("probit", "logit"):
-        raise ValueError(f"link must be 'probit' or 'logit', got {link!r}")
+    spec = get_link(link)
     if not np.isfinite(sigma) or sigma <= 0:
         raise ValueError(f"sigma must be finite and > 0, got {sigma!r}")
     rng = np.random.default_rng(seed)
@@ -698,7 +700,7 @@ def make_ordinal_probit(
     w = np.asarray(w, dtype=np.float64)
     if w.shape != (d,) or not np.all(np.isfinite(w)):
         raise ValueError(f"w must be a finite array of shape ({d},), got shape {w.shape}")
-    noise_var = sigma**2 if link == "probit" else sigma**2 * np.pi**2 / 3.0
+    noise_var = sigma**2 * spec.normal_var
     if thresholds is None:
         scale = np.sqrt(w @ w + noise_var)
         thresholds = scale * ndtri(np.arange(1, n_classes) / n_classes)
@@ -711,10 +713,7 @@ def make_ordinal_probit(
     if not np.all(np.isfinite(thresholds)) or np.any(np.diff(thresholds) <= 0):
         raise ValueError("thresholds must be finite and strictly increasing")
     X = rng.standard_normal((int(n), int(d)))
-    if link == "probit":
-        noise = rng.normal(0.0, sigma, size=int(n))
-    else:
-        noise = rng.logistic(0.0, sigma, size=int(n))
+    noise = sigma * spec.sample(rng, int(n))
     f = X @ w + noise
     y = np.searchsorted(thresholds, f, side="left") + 1
     return X, y.astype(np.int64), OrdinalTruth(w.copy(), thresholds.copy(), float(sigma), link)

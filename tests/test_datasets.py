@@ -406,7 +406,7 @@ def test_generators_are_seeded_and_validated():
     with pytest.raises(ValueError, match="sigma"):
         D.make_ordinal_probit(10, 2, 3, seed=0, sigma=0.0)
     with pytest.raises(ValueError, match="link"):
-        D.make_ordinal_probit(10, 2, 3, seed=0, link="cauchit")
+        D.make_ordinal_probit(10, 2, 3, seed=0, link="gompertz")
     with pytest.raises(ValueError, match="n_classes"):
         D.make_ordinal_probit(10, 2, 1, seed=0)
     with pytest.raises(ValueError, match="noise_sd"):

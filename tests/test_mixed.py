@@ -430,7 +430,7 @@ def test_bad_groups_are_refused():
     with pytest.raises(TypeError, match="cannot be ordered"):
         OrdinalMixed().fit(X, y, np.array([1, "a"] * 10, dtype=object))
     with pytest.raises(ValueError, match="link"):
-        OrdinalMixed(link="cloglog").fit(X, y, g)
+        OrdinalMixed(link="gompertz").fit(X, y, g)
     with pytest.raises(TypeError, match="DataFrame"):
         OrdinalMixed.from_formula("y ~ x + (1 | g)", {"y": y})
 
@@ -447,7 +447,7 @@ def test_functional_config_is_checked():
     with pytest.raises(ValueError, match="n_groups"):
         MixedConfig(n_classes=3, n_groups=0)
     with pytest.raises(ValueError, match="link"):
-        MixedConfig(n_classes=3, n_groups=2, link="cauchit")
+        MixedConfig(n_classes=3, n_groups=2, link="identity")
     X, y, g = _simulate(n_groups=4, per_group=5)
     res = fit_mixed(X, y, g, np.ones(len(y)), 1e-8, config=MixedConfig(n_classes=3, n_groups=4))
     assert bool(res.converged) and res.effects.shape == (4,)

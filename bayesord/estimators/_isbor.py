@@ -459,7 +459,8 @@ class ISBOR(_SparseBayesOrdinal):
         centre_selection: ``"random"`` or ``"kmeans++"`` for ``n_centres``.
         block_size: candidates scored per block (memory ``O(n * block_size)``).
         cache_bytes: keep the whole candidate basis in memory when it fits in this many bytes.
-        link: ``"probit"`` (the paper's) or ``"logit"``.
+        link: ``"probit"`` (the paper's), ``"logit"``, ``"cloglog"``, ``"loglog"`` or
+            ``"cauchit"``.
         learn_noise: learn sigma (else fixed at 1).
         classes: the labels in increasing order (needed for string labels; ``fit(classes=...)``
             does the same, and the two must agree when both are given).

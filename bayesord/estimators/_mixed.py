@@ -70,7 +70,7 @@ class OrdinalMixed(SavableMixin, OrdinalEstimator):
     A group with one row is allowed: its effect is then mostly the prior's (shrunk to 0).
 
     Args:
-        link: "probit" (default) or "logit".
+        link: "probit" (default), "logit", "cloglog", "loglog" or "cauchit".
         tol: relative tolerance of the Newton solves (default 1e-10 in float64, 1e-5 in
             float32).
         max_iter: cap on Newton iterations over ``(beta, b, tau)``.
@@ -256,7 +256,7 @@ class OrdinalMixed(SavableMixin, OrdinalEstimator):
         """Class probabilities, shape (n, K): each row's group effect (its posterior for a
         group seen in fitting, ``N(0, tau^2)`` for any other label) and the posterior of
         ``(beta, b, tau)`` integrated (exactly for the probit, the probit approximation for
-        the logit)."""
+        the logit, by quadrature for the other links)."""
         return self._predict_all(X, groups).proba
 
     def predict_cumproba(self, X, groups=None):

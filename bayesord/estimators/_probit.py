@@ -61,7 +61,8 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
             fixed value in "joint" mode; in "evidence" mode the prior of the joint fit that
             starts the search (its MacKay update is the first alpha).
         prior: "gaussian" or "ard".
-        link: "probit" (default) or "logit".
+        link: "probit" (default), "logit", "cloglog", "loglog" or "cauchit" (R's
+            ``clm`` links; see :mod:`bayesord._links`).
         tol: relative tolerance of the solvers; default 1e-10 in float64, 1e-5 in float32.
         max_iter: cap on evidence (L-BFGS) iterations.
         max_newton: cap on Newton iterations per MAP solve.
@@ -230,7 +231,8 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         """Class probabilities, shape (n, K), columns in ``classes_`` order, rows summing to 1.
 
         The joint posterior of the weights and the thresholds is integrated exactly (probit;
-        the probit approximation for the logit), one predictive scale per threshold.
+        the probit approximation for the logit, quadrature for the other links), one
+        predictive variance per threshold.
         """
         return np.asarray(self._predict_all(X).proba, dtype=np.float64)
 
