@@ -10,14 +10,26 @@ uses one model does not import the others.  That first use also turns on JAX's p
 compilation cache in ``~/.cache/bayesord/jax`` (``BAYESORD_COMPILE_CACHE`` names another
 folder, ``off`` disables it; see :mod:`bayesord._compile_cache`), so a second process
 skips most of the compilation.
+
+``import bayesord`` also adds ``--xla_cpu_multi_thread_eigen=false`` to ``XLA_FLAGS`` unless
+that option is set already: XLA:CPU's multi-threaded Eigen kernels can deadlock the batched
+(``vmap``-ed) solver loops with jax 0.10.  XLA reads the variable when its CPU backend
+starts, so this applies when bayesord is imported before the first JAX computation; the
+command line, the tests and Python sessions then compile the same programs (and share the
+on-disk cache).  Set the option yourself, before importing bayesord, to choose otherwise.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 from typing import TYPE_CHECKING
 
 from . import _compile_cache
+
+_EIGEN_OPTION = "--xla_cpu_multi_thread_eigen=false"
+if "xla_cpu_multi_thread_eigen" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_EIGEN_OPTION}".strip()
 
 __version__ = "0.1.0"
 

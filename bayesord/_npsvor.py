@@ -82,6 +82,7 @@ from jax import lax
 from ._loops import jit_serial_cpu, permutation
 from ._progress import emit, prefix
 from ._sparse import PaddedRows, row_dots
+from ._splits import kfold_masks
 from ._status import Status, warn_user
 
 __all__ = [
@@ -89,7 +90,6 @@ __all__ = [
     "NPSVORResult",
     "rank_problems",
     "fit_npsvor",
-    "fit_npsvor_problems",
     "decision_values",
     "predict_r_new",
     "predict_r_old",
@@ -319,27 +319,6 @@ def _objectives(W, alpha_v, vars_, X, in_I, ytilde, upper, eps):
     lin_term = jnp.sum(jnp.where(vars_.soft, eps[:, None] * jnp.abs(alpha_v),
                                  vars_.lin * alpha_v), axis=1)
     return primal, -(half_ww + lin_term)
-
-
-def fit_npsvor_problems(X: PaddedRows, ytilde, in_I, upper, eps, tol, key,
-                        config: NPSVORConfig) -> NPSVORResult:
-    """Solve a flat batch of NPSVOR rank problems that share the data.
-
-    Args:
-        X: (n, m) padded rows (:func:`~bayesord._sparse.to_padded_rows`); a bias column, if
-            any, is already in X.
-        ytilde: (P, n) yt_ki in {-1, +1} (use :func:`rank_problems`).
-        in_I: (P, n) bool, membership of I_k.
-        upper: (P, n) per-row upper bounds (C1 or C2 times the row weight); 0 removes a row.
-        eps: (P,) or scalar epsilon of the insensitive zone (>= 0).
-        tol: (P,) or scalar relative stopping tolerance eps_s of Eq. (31).
-        key: PRNG key for the per-pass random permutation.
-        config: :class:`NPSVORConfig` (static).
-
-    Returns:
-        :class:`NPSVORResult` with leading axis P.
-    """
-    return _fit_problems(X, ytilde, in_I, upper, eps, tol, key, config)
 
 
 def _progress_line(v):
@@ -670,8 +649,6 @@ def cv_npsvor(X: PaddedRows, codes, n_classes: int, Cs, n_folds: int, eps, tol, 
     """
     codes_np = np.asarray(codes)
     if folds is None:
-        from .datasets import kfold_masks
-
         folds = np.argmin(kfold_masks(codes_np, n_folds, seed=seed), axis=0)
     folds = np.asarray(folds)
     n_f = int(folds.max()) + 1

@@ -75,7 +75,6 @@ __all__ = [
     "ordinal_loss",
     "extended_labels",
     "fit_redsvm",
-    "redsvm_objective",
     "decision_scores",
     "predict_codes",
     "KernelMap",
@@ -241,14 +240,6 @@ def _primal(X, s, c, w, theta, b, loss):
     h = row_dots(X, w)
     m = s * (h[:, None] - theta[None, :] - b)
     return 0.5 * jnp.dot(w, w) + 0.5 * jnp.dot(theta, theta) + jnp.sum(c[:, None] * margin_loss(m, loss))
-
-
-def redsvm_objective(X, codes, c, w, theta, b, loss: str = "hinge"):
-    """Primal objective of Eq. (9) (Eq. (10) when ``c`` holds C1 and C2 per row)."""
-    if not isinstance(X, PaddedRows):
-        X = jnp.asarray(X)
-    s = extended_labels(codes, theta.shape[0] + 1).astype(w.dtype)
-    return _primal(X, s, jnp.asarray(c, w.dtype), w, theta, b, loss)
 
 
 def _dual(s, c, alpha, w, theta, b, loss):

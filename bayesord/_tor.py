@@ -40,7 +40,6 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-import scipy.sparse as sp
 from jax import lax
 
 from ._redsvm import (
@@ -55,7 +54,7 @@ from ._progress import emit
 from ._sparse import PaddedRows, row_dots
 from ._status import Status
 
-__all__ = ["TORConfig", "TORResult", "fit_tor", "init_pseudo_labels", "make_tor_synthetic"]
+__all__ = ["TORConfig", "TORResult", "fit_tor", "init_pseudo_labels"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -364,48 +363,3 @@ def fit_tor(X, codes, unlabeled, config: TORConfig, *, C1=1.0, c2_init=1e-5, c2_
                         jnp.asarray(c2_init, dtype), jnp.asarray(c2_growth, dtype),
                         jnp.asarray(tol, dtype), key,
                         None if class_ratios is None else jnp.asarray(class_ratios, dtype), config)
-
-
-def make_tor_synthetic(n_samples: int = 2500, p: float = 0.1, *, n_classes: int = 5,
-                       block: int = 2000, density: float = 0.01, random_state=None):
-    """Algorithm 3 (Section V-C): sparse data whose classes own overlapping feature blocks.
-
-    Class ``y`` (1..K, drawn uniformly) owns features ``d`` in ``[block (y-1), block (y+2)]``
-    (1-based, inclusive: three blocks, so adjacent classes share two); each owned feature is
-    nonzero with probability ``density`` (0.01), every other feature with probability
-    ``density * p``; nonzeros are uniform on (0, 1).  Rows are scaled to unit length.
-    Larger ``p`` means more overlap, i.e. a weaker cluster assumption.
-
-    Args:
-        n_samples: number of rows.
-        p: overlap parameter in [0, 1].
-        n_classes: K (5 in the paper).
-        block: block width (2000 in the paper); the dimension is ``block (K + 2)``.
-        density: in-block probability of a nonzero (0.01 in the paper).
-        random_state: seed or ``numpy.random.Generator``.
-
-    Returns:
-        (X, y): a CSR matrix (n_samples, block (K+2)) and int labels 1..K.
-    """
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"p must lie in [0, 1], got {p}")
-    if n_samples < 1 or n_classes < 2 or block < 1:
-        raise ValueError("n_samples >= 1, n_classes >= 2 and block >= 1 are required")
-    rng = np.random.default_rng(random_state)
-    D = block * (n_classes + 2)
-    y = rng.integers(1, n_classes + 1, size=n_samples)
-    d = np.arange(1, D + 1)
-    rows, cols, vals = [], [], []
-    for start in range(0, n_samples, 256):
-        yb = y[start:start + 256]
-        own = (d[None, :] >= block * (yb[:, None] - 1)) & (d[None, :] <= block * (yb[:, None] + 2))
-        prob = np.where(own, density, density * p)
-        r, cidx = np.nonzero(rng.random(prob.shape) < prob)
-        rows.append(r + start)
-        cols.append(cidx)
-        vals.append(rng.random(r.size))
-    X = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
-                      shape=(n_samples, D))
-    norms = np.sqrt(np.asarray(X.multiply(X).sum(axis=1)).ravel())
-    X = sp.diags(1.0 / np.where(norms > 0, norms, 1.0)) @ X
-    return X.tocsr(), y

@@ -53,9 +53,7 @@ __all__ = ["main"]
 
 
 def _configure_jax():
-    # Read when XLA's CPU backend starts (first computation), so setting it here is in time.
-    # Multi-threaded Eigen kernels can deadlock batched solver loops with jax 0.10 on CPU.
-    os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
+    # XLA_FLAGS (single-threaded Eigen) is set by importing the package: bayesord/__init__.py.
     import jax
 
     from . import _compile_cache

@@ -1,7 +1,7 @@
 """ArviZ export and PSIS-LOO model comparison for the Bayesian models.
 
-The Bayesian fits of this library (the ordinal probit; ISBOR and SBOR when they land) end
-in a Gaussian (Laplace) posterior over their weights, with hyperparameters (thresholds in
+The Bayesian fits of this library (the ordinal probit, ISBOR and SBOR) end in a
+Gaussian (Laplace) posterior over their weights, with hyperparameters (thresholds in
 "evidence" mode, the noise scale, the prior precisions) set by type-II maximum
 likelihood.  :func:`to_inference_data` draws from that Gaussian and writes an
 :class:`arviz.InferenceData` with
@@ -39,7 +39,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._basis import kernel_matrix
+from ._isbor import Action, ISBORResult, weight_cov
 from ._likelihood import LINKS, log_class_probs
+from ._linalg import chol_inverse
 from ._probit import ProbitResult
 from ._status import warn_user
 from ._thresholds import params_from_thresholds, thresholds_from_params, thresholds_jacobian
@@ -91,21 +94,28 @@ class LaplacePosterior(NamedTuple):
 def laplace_posterior(model, **kwargs) -> LaplacePosterior:
     """The :class:`LaplacePosterior` of a fitted Bayesian model.
 
-    Registered for :class:`bayesord.OrdinalProbit`, :class:`bayesord.ProbitResult`,
-    :class:`bayesord.ISBOR`, :class:`bayesord.SBOR` and :class:`bayesord.ISBORResult`
-    (weights over the relevance vectors; thresholds, sigma and alpha as type-II ML point
-    estimates; for a result pass ``kernel=``, ``degree=``, ``link=`` as in its
-    :class:`bayesord.ISBORConfig` and optionally ``classes=``); other models register
-    their own.
+    Dispatches on the functional result: registered for :class:`bayesord.ProbitResult`
+    and :class:`bayesord.ISBORResult` (weights over the relevance vectors; thresholds,
+    sigma and alpha as type-II ML point estimates; for a result pass ``kernel=``,
+    ``degree=``, ``link=`` as in its :class:`bayesord.ISBORConfig` and optionally
+    ``classes=``).  A fitted estimator (:class:`bayesord.OrdinalProbit`,
+    :class:`bayesord.ISBOR`, :class:`bayesord.SBOR`) is read through its
+    ``posterior_result()``, which returns its result and those settings.
 
     Raises:
         TypeError: the model has no posterior (margin models: SVMs, perceptrons).
     """
+    read = getattr(model, "posterior_result", None)
+    if callable(read):
+        result, settings = read()
+        if type(result) in laplace_posterior.registry:
+            return laplace_posterior(result, **settings, **kwargs)
     names = sorted({getattr(t, "__name__", str(t)) for t in laplace_posterior.registry
                     if t is not object})
     raise TypeError(
         f"{type(model).__name__} has no posterior to export; to_inference_data, loo and "
-        f"compare work with the Bayesian models only: {', '.join(names)}"
+        f"compare work with the Bayesian models only: OrdinalProbit, ISBOR, SBOR and the "
+        f"functional results {', '.join(names)}"
     )
 
 
@@ -153,35 +163,18 @@ def _probit_posterior(result: ProbitResult, link, classes, feature_names,
 
 
 @laplace_posterior.register(ProbitResult)
-def _(result, *, link="probit", classes=None, feature_names=None, **kwargs):
+def _(result, *, link="probit", classes=None, feature_names=None, model_name="ordinal probit", **kwargs):
     k = result.thresholds.shape[0] + 1
     d = result.coef.shape[0]
     classes = np.arange(k) if classes is None else np.asarray(classes)
     names = [f"x{j}" for j in range(d)] if feature_names is None else list(feature_names)
-    return _probit_posterior(result, link, classes, names, "ordinal probit")
-
-
-def _register_estimators():
-    from .estimators import OrdinalProbit
-
-    @laplace_posterior.register(OrdinalProbit)
-    def _(model, **kwargs):
-        from sklearn.utils.validation import check_is_fitted
-
-        check_is_fitted(model, "coef_")
-        names = getattr(model, "feature_names_in_", None)
-        names = [f"x{j}" for j in range(len(model.coef_))] if names is None else list(names)
-        return _probit_posterior(model.result_, model.link, model.classes_, names, "OrdinalProbit")
-
-
-_register_estimators()
+    return _probit_posterior(result, link, classes, names, model_name)
 
 
 @lru_cache(maxsize=None)
 def _sparse_log_probs(kernel, degree, link):
     """One draw's log class probabilities of an ISBOR/SBOR fit: one function object per
     (kernel, degree, link), so ``_pointwise`` (static in it) reuses its compiled program."""
-    from ._basis import kernel_matrix
 
     def log_probs(params, X):
         if kernel == "precomputed":
@@ -204,8 +197,6 @@ def _sparse_posterior(result, kernel, degree, link, classes, model_name,
     each relevance vector's training row in the user's feature units, (relevance_vector,
     feature), so the vectors can be read in feature space (not for a precomputed kernel).
     """
-    from ._linalg import chol_inverse
-
     res = jax.tree_util.tree_map(np.asarray, result)
     mask = res.mask.astype(bool)
     rows = res.relevance_index[mask].astype(np.int64)
@@ -237,26 +228,10 @@ def _sparse_posterior(result, kernel, degree, link, classes, model_name,
                             _sparse_log_probs(kernel, int(degree), link), classes, data)
 
 
-def _register_sparse_bayes():
-    """ISBOR / SBOR: the Laplace posterior over the relevance-vector weights."""
-    from ._isbor import ISBORResult
-    from .estimators._isbor import _SparseBayesOrdinal
-
-    @laplace_posterior.register(_SparseBayesOrdinal)
-    def _(model, **kwargs):
-        from sklearn.utils.validation import check_is_fitted
-
-        check_is_fitted(model, "result_")
-        c = model._config_
-        return _sparse_posterior(model.result_, c.kernel, c.degree, c.link, model.classes_,
-                                 type(model).__name__, getattr(model, "feature_names_in_", None))
-
-    @laplace_posterior.register(ISBORResult)
-    def _(result, *, kernel="rbf", degree=2, link="probit", classes=None, feature_names=None, **kwargs):
-        return _sparse_posterior(result, kernel, degree, link, classes, "ISBORResult", feature_names)
-
-
-_register_sparse_bayes()
+@laplace_posterior.register(ISBORResult)
+def _(result, *, kernel="rbf", degree=2, link="probit", classes=None, feature_names=None,
+      model_name="ISBORResult", **kwargs):
+    return _sparse_posterior(result, kernel, degree, link, classes, model_name, feature_names)
 
 
 def _as_key(key):
@@ -548,19 +523,23 @@ def compare(models: Mapping[str, Any], X=None, y=None, **kwargs):
 # estimator (bayesord.ISBOR / bayesord.SBOR) or an ISBORResult, or the arrays themselves.
 
 
+def _isbor_result(obj):
+    """``obj`` itself when it is an :class:`bayesord.ISBORResult`; the result of a fitted
+    ISBOR/SBOR estimator (read through its ``posterior_result()``); else None."""
+    if isinstance(obj, ISBORResult):
+        return obj
+    read = getattr(obj, "posterior_result", None)
+    if callable(read):
+        result = read()[0]
+        if isinstance(result, ISBORResult):
+            return result
+    return None
+
+
 def _sparse_fit(obj):
     """(indices, alpha, weights, weights_sd, evidence trace, action names) of a fit, or None."""
-    from ._isbor import Action, ISBORResult, weight_cov
-    from .estimators._isbor import _SparseBayesOrdinal
-
-    if isinstance(obj, _SparseBayesOrdinal):
-        from sklearn.utils.validation import check_is_fitted
-
-        check_is_fitted(obj, "result_")
-        res = obj.result_
-    elif isinstance(obj, ISBORResult):
-        res = obj
-    else:
+    res = _isbor_result(obj)
+    if res is None:
         return None
     res = jax.tree_util.tree_map(np.asarray, res)
     if res.mask.ndim != 1:
@@ -583,8 +562,6 @@ plotted by :func:`plot_evidence_trace`."""
 
 
 def _action_names(actions) -> list:
-    from ._isbor import Action
-
     out = []
     for a in np.asarray(actions).tolist():
         if isinstance(a, str):
@@ -713,15 +690,13 @@ def plot_relevance_vectors(X, y, indices, ax=None, regions=True, resolution=150)
     """
     import matplotlib.pyplot as plt
 
-    from .estimators._isbor import _SparseBayesOrdinal
-
     X = np.asarray(X, dtype=np.float64)
     if X.ndim != 2 or X.shape[1] != 2:
         raise ValueError(f"plot_relevance_vectors draws 2-D inputs, got X of shape {X.shape}")
     y = np.asarray(y)
     if y.shape != (X.shape[0],):
         raise ValueError(f"y must have shape ({X.shape[0]},), got {y.shape}")
-    model = indices if isinstance(indices, _SparseBayesOrdinal) else None
+    model = None if isinstance(indices, ISBORResult) or _isbor_result(indices) is None else indices
     fit = _sparse_fit(indices)
     idx = fit[0] if fit is not None else np.asarray(indices, dtype=np.int64)
     if idx.size and (idx.min() < 0 or idx.max() >= X.shape[0]):

@@ -63,7 +63,8 @@ from bayesord._redsvm import (  # noqa: E402
     transform_kernel_map,
 )
 from bayesord._sparse import to_padded_rows  # noqa: E402
-from bayesord._tor import TORConfig, fit_tor, make_tor_synthetic  # noqa: E402
+from bayesord._tor import TORConfig, fit_tor  # noqa: E402
+from bayesord.datasets import make_tor_synthetic  # noqa: E402
 from bayesord.datasets import equal_frequency_bins, load_csv, load_shared  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

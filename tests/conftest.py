@@ -5,11 +5,15 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from bayesord._compile_cache import QUICK_OPTIONS
+# Read before importing bayesord, which adds its Eigen option to XLA_FLAGS (its __init__).
+_CALLER_XLA_FLAGS = "XLA_FLAGS" in os.environ
+
+from bayesord import _EIGEN_OPTION  # noqa: E402
+from bayesord._compile_cache import QUICK_OPTIONS  # noqa: E402
 
 # XLA:CPU's multi-threaded Eigen kernels can deadlock batched (vmap-ed) solver loops with
-# jax 0.10 on small machines; single-threaded Eigen avoids it at little cost on 2 cores.
-_USER_XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false"
+# jax 0.10 on small machines; bayesord turns them off on import, and so do the tests.
+_USER_XLA_FLAGS = _EIGEN_OPTION
 # The default run spends most of its time compiling small problems, so it compiles for
 # speed of compilation with the options small probit fits use (QUICK_OPTIONS; that module
 # imports nothing of JAX's): no LLVM optimisation and XLA's older loop emitters halve the
@@ -19,7 +23,6 @@ _USER_XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false"
 # compiles as a user's session does.  XLA_FLAGS set by the caller are left alone.
 _FAST_COMPILE_XLA_FLAGS = " ".join([_USER_XLA_FLAGS] + [f"--{name}={str(value).lower()}"
                                                           for name, value in QUICK_OPTIONS.items()])
-_CALLER_XLA_FLAGS = "XLA_FLAGS" in os.environ
 # Each test run compiles into a new, empty cache folder of its own (or the one that
 # BAYESORD_COMPILE_CACHE names, as .ci/run does for both suites), made here in the main
 # process before pytest-xdist starts its workers, so a program compiled by one worker or

@@ -7,7 +7,8 @@ import pytest
 import scipy.sparse as sp
 
 from bayesord._sparse import to_padded_rows
-from bayesord._tor import TORConfig, _swap_round, fit_tor, init_pseudo_labels, make_tor_synthetic
+from bayesord._tor import TORConfig, _swap_round, fit_tor, init_pseudo_labels
+from bayesord.datasets import make_tor_synthetic
 from bayesord.estimators._tor import RedSVM, TransductiveOrdinalRegression
 
 

@@ -28,6 +28,7 @@ from .._validation import (
     encode_known_labels,
     encode_labels,
 )
+from ._formula import formula_rows
 
 __all__ = ["OrdinalEstimator", "SavableMixin", "SnapshotSavableMixin", "class_from_proba", "fresh_fit",
            "posterior_table", "read_model_file", "reset_fitted", "set_input_transform", "solver_tol",
@@ -136,8 +137,6 @@ class OrdinalEstimator(BaseEstimator):
         check_is_fitted(self, "classes_")
         spec = getattr(self, "_spec", None)
         if spec is not None:
-            from ._formula import formula_rows
-
             X = formula_rows(spec, X)
         X, names = check_X(X, accept_sparse=self._accept_sparse, n_features=self.n_features_in_,
                            min_features=self._min_features,

@@ -14,7 +14,7 @@ from scipy.stats import norm
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
-from .. import metrics
+from .. import diagnostics, metrics
 from .._basis import KERNELS, kmeanspp_indices
 from .._columns import center_and_scale
 from .._likelihood import log_class_probs
@@ -265,8 +265,6 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
     def _loo_scores(self, grid, thetas, X, y, sw, cand, key, config):
         """elpd_loo of each width's fit (PSIS over 4 x 250 Laplace draws, one draw key for
         all widths); Pareto-k warnings are passed on with the width they concern."""
-        from ..diagnostics import loo
-
         if not np.all(np.asarray(sw) == 1.0):
             raise ValueError("theta_selection='loo' leaves out whole rows and needs unit sample "
                              "weights; use 'evidence' or 'cv' with sample_weight")
@@ -277,7 +275,7 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
                 res = self._solver(X, y, sw, cand, key, t, self.min_delta, config)
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                elpd = float(loo(res, X, y, kernel=config.kernel, degree=config.degree, link=config.link,
+                elpd = float(diagnostics.loo(res, X, y, kernel=config.kernel, degree=config.degree, link=config.link,
                                  draws=_LOO_DRAWS, chains=_LOO_CHAINS, key=draw_key).elpd_loo)
             for w in caught:
                 warn_user(f"theta={grid[i]:g}: {w.message}", w.category)
@@ -344,14 +342,22 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         if meta["theta_grid_scores"] is not None:
             self.theta_grid_scores_ = np.asarray(meta["theta_grid_scores"], dtype=float)
 
+    def posterior_result(self):
+        """The functional :class:`bayesord.ISBORResult` of the fit and the settings that
+        read it (``kernel``, ``degree``, ``link``, ``classes``, ``feature_names``,
+        ``model_name``): what :mod:`bayesord.diagnostics` dispatches on."""
+        check_is_fitted(self, "result_")
+        c = self._config_
+        return self.result_, dict(kernel=c.kernel, degree=c.degree, link=c.link, classes=self.classes_,
+                                  feature_names=getattr(self, "feature_names_in_", None),
+                                  model_name=type(self).__name__)
+
     def to_inference_data(self, X, y, **kwargs):
         """ArviZ ``InferenceData`` over the relevance-vector weights.
 
         See :func:`bayesord.diagnostics.to_inference_data`.
         """
-        from ..diagnostics import to_inference_data
-
-        return to_inference_data(self, X, y, **kwargs)
+        return diagnostics.to_inference_data(self, X, y, **kwargs)
 
     def _predict_raw(self, X):
         check_is_fitted(self, "result_")

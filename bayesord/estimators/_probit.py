@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import jax
 import numpy as np
+from sklearn.utils.validation import check_is_fitted
 
 from .._probit import (
     ProbitConfig,
@@ -13,6 +14,7 @@ from .._probit import (
     predict_probit,
     thresholds_at_zero,
 )
+from .. import diagnostics
 from .._compile_cache import program_for_rows
 from .._shapes import bucket_rows, pad_rows
 from .._status import check_status, warn_user
@@ -282,14 +284,22 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         err = np.abs(pred - codes)
         return -float(np.average(err, weights=sample_weight))
 
+    def posterior_result(self):
+        """The functional :class:`bayesord.ProbitResult` of the fit and the settings that
+        read it (``link``, ``classes``, ``feature_names``, ``model_name``): what
+        :mod:`bayesord.diagnostics` dispatches on."""
+        check_is_fitted(self, "coef_")
+        names = getattr(self, "feature_names_in_", None)
+        names = [f"x{j}" for j in range(len(self.coef_))] if names is None else list(names)
+        return self.result_, dict(link=self.link, classes=self.classes_, feature_names=names,
+                                  model_name=type(self).__name__)
+
     def to_inference_data(self, X, y, **kwargs):
         """ArviZ ``InferenceData`` with posterior draws, log-likelihood and predictions.
 
         See :func:`bayesord.diagnostics.to_inference_data` for the groups and arguments.
         """
-        from ..diagnostics import to_inference_data
-
-        return to_inference_data(self, X, y, **kwargs)
+        return diagnostics.to_inference_data(self, X, y, **kwargs)
 
     # ------------------------------------------------------------------ summary
     def summary(self, level=0.95):
@@ -298,11 +308,8 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         Returns:
             pandas DataFrame indexed by parameter name.
         """
-        from sklearn.utils.validation import check_is_fitted
-
-        check_is_fitted(self, "coef_")
-        names = getattr(self, "feature_names_in_", None)
-        names = list(names) if names is not None else [f"x{j}" for j in range(len(self.coef_))]
+        _, settings = self.posterior_result()
+        names = settings["feature_names"]
         thr_names = threshold_names(self.classes_)
         mean = np.concatenate([self.coef_, self.thresholds_])
         sd = np.sqrt(np.concatenate([np.diag(self.coef_cov_), np.diag(self.thresholds_cov_)]))

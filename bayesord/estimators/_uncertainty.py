@@ -23,7 +23,7 @@ from ..uncertainty import (
     credible_windows,
     sets_from_scores,
 )
-from ..datasets import kfold_indices
+from .._splits import kfold_indices
 
 __all__ = ["ConformalCalibration", "UncertaintyMixin", "check_cv", "fold_indices", "never_held_out"]
 
