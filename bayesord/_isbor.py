@@ -84,6 +84,7 @@ from ._likelihood import (
     ordinal_terms,
 )
 from ._linalg import chol_inverse, chol_solve
+from ._results import check_settings, result_type
 from ._progress import batch_label, emit
 from ._status import Status
 from ._thresholds import initial_thresholds, params_from_thresholds, thresholds_from_params
@@ -161,9 +162,12 @@ class ISBORConfig:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
 
 
-class ISBORResult(NamedTuple):
+@result_type
+class ISBORResult:
     """A fitted sparse Bayesian ordinal model (ISBOR or SBOR); slot arrays have length M."""
 
+    config: ISBORConfig
+    """The static configuration it was fitted with (kernel, degree and link among it)."""
     relevance_index: jax.Array
     """Training row (or basis column) of each slot's centre, -1 for a free slot, (M,)."""
     mask: jax.Array
@@ -697,7 +701,7 @@ def fit_isbor(X, y, weights, cand_index, cand_valid, key, theta, *, config: ISBO
     thr_cov, cross_cov, ok = _threshold_posterior(s.Phi, y, weights, s.fit, s.alpha, s.b, s.sigma, cfg)
     status = jnp.where(ok, status, Status.NOT_POSITIVE_DEFINITE).astype(jnp.int32)
     return ISBORResult(
-        relevance_index=rows, mask=s.mask, centres=_centres(X, rows, s.mask, cfg),
+        config=cfg, relevance_index=rows, mask=s.mask, centres=_centres(X, rows, s.mask, cfg),
         w=s.fit.w, chol=s.fit.chol, alpha=s.alpha, b=s.b, thresholds_cov=thr_cov,
         cross_cov=cross_cov, sigma=s.sigma, theta=theta,
         log_evidence=s.fit.evidence, evidence_trace=s.ev_trace, action_trace=s.act_trace,
@@ -806,7 +810,7 @@ def fit_sbor(X, y, weights, cand_index, cand_valid, theta, *, config: ISBORConfi
     thr_cov, cross_cov, ok = _threshold_posterior(Phi, y, weights, fit, alpha, b, sigma, cfg)
     status = jnp.where(ok, status, Status.NOT_POSITIVE_DEFINITE).astype(jnp.int32)
     return ISBORResult(
-        relevance_index=rows, mask=mask, centres=_centres(X, rows, mask, cfg), w=fit.w,
+        config=cfg, relevance_index=rows, mask=mask, centres=_centres(X, rows, mask, cfg), w=fit.w,
         chol=fit.chol, alpha=alpha, b=b, thresholds_cov=thr_cov, cross_cov=cross_cov,
         sigma=sigma, theta=theta, log_evidence=fit.evidence,
         evidence_trace=ev_trace, action_trace=act_trace,
@@ -828,8 +832,7 @@ def weight_cov(result: ISBORResult):
     return chol_inverse(result.chol) + cross @ jnp.linalg.solve(result.thresholds_cov, cross.T)
 
 
-@partial(jax.jit, static_argnames=("kernel", "degree", "link"))
-def predict_isbor(result: ISBORResult, X, *, kernel="rbf", degree=2, link="probit"):
+def predict_isbor(result: ISBORResult, X, *, kernel=None, degree=None, link=None) -> ISBORPrediction:
     """Predictive distribution at new points.
 
     Inputs are standardised with the fit's ``center`` and ``scale``.  Under the joint
@@ -849,13 +852,19 @@ def predict_isbor(result: ISBORResult, X, *, kernel="rbf", degree=2, link="probi
         result: a fitted :class:`ISBORResult`.
         X: new inputs (n, d), or for ``kernel="precomputed"`` their basis values against
             every training column, (n, N).
-        kernel: the basis kernel of the fit's :class:`ISBORConfig`.
-        degree: the polynomial degree of the fit's :class:`ISBORConfig`.
-        link: the link of the fit's :class:`ISBORConfig`.
+        kernel, degree, link: read from ``result.config``; accepted for older code only
+            when they equal it.
 
     Returns:
         :class:`ISBORPrediction`.
     """
+    check_settings(result.config, kernel=kernel, degree=degree, link=link)
+    return _predict_isbor(result, X)
+
+
+@jax.jit
+def _predict_isbor(result: ISBORResult, X) -> ISBORPrediction:
+    kernel, degree, link = result.config.kernel, result.config.degree, result.config.link
     dtype = result.w.dtype
     X = (X.astype(dtype) - result.center) / result.scale
     if kernel == "precomputed":

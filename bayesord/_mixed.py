@@ -57,6 +57,7 @@ import numpy as np
 from ._columns import center_and_scale
 from ._likelihood import LINKS, log_class_probs, log_predictive_probs, ordinal_ratios, terms_from_ratios
 from ._linalg import safe_cholesky
+from ._results import result_type
 from ._status import Status
 from ._thresholds import initial_thresholds, thresholds_from_params, thresholds_jacobian
 
@@ -103,11 +104,7 @@ class MixedConfig:
             raise ValueError("max_newton and max_inner must be at least 1")
 
 
-@partial(jax.tree_util.register_dataclass, meta_fields=("config",),
-         data_fields=("coef", "thresholds", "group_sd", "cov", "center", "scale", "eta", "eta_cov",
-                      "effects", "effects_cond_var", "effects_var", "effects_cross", "loglik", "n_iter", "converged",
-                      "status"))
-@dataclasses.dataclass(frozen=True)
+@result_type
 class MixedResult:
     """A fitted ordinal mixed model (random intercepts for one grouping factor)."""
 

@@ -72,6 +72,7 @@ from ._laplace import (
 )
 from ._likelihood import LINKS, log_class_probs, log_predictive_probs, ordinal_terms
 from ._linalg import chol_inverse, chol_logdet, chol_solve, safe_cholesky
+from ._results import check_settings, result_type
 from ._shapes import bucket_rows, pad_rows
 from ._status import Status
 from ._thresholds import (
@@ -128,9 +129,12 @@ class ProbitConfig:
             raise ValueError("max_newton and max_outer must be at least 1")
 
 
-class ProbitResult(NamedTuple):
+@result_type
+class ProbitResult:
     """A fitted Bayesian linear ordinal model."""
 
+    config: ProbitConfig
+    """The static configuration it was fitted with (its link among it)."""
     coef: jax.Array
     """Posterior mean (MAP) of the weights w, shape (d,)."""
     coef_cov: jax.Array
@@ -345,7 +349,7 @@ def _fit_standardised(X, y, weights, alpha, rtol, config, n_classes):
         log_ev = (joint.log_post + 0.5 * jnp.sum(jnp.log(alpha0)) - 0.5 * chol_logdet(joint.chol)
                   + 0.5 * (n_classes - 1) * jnp.log(2 * jnp.pi))
         return ProbitResult(
-            coef=joint.w, coef_cov=cov[:d, :d], thresholds=joint.b, thresholds_cov=cov[d:, d:],
+            config=config, coef=joint.w, coef_cov=cov[:d, :d], thresholds=joint.b, thresholds_cov=cov[d:, d:],
             cross_cov=cov[:d, d:], sigma=sigma, alpha=alpha0, log_evidence=log_ev,
             loglik=joint.loglik, n_iter=joint.n_iter, converged=joint.converged,
             status=joint.status, center=jnp.zeros(d, dtype), scale=jnp.ones(d, dtype),
@@ -454,15 +458,14 @@ def _fit_evidence(X, y, weights, alpha0, rtol, joint, config, n_classes):
     status = jnp.where(chol_ok, status, Status.NOT_POSITIVE_DEFINITE)
     status = jnp.where(jnp.isfinite(log_ev) & jnp.isfinite(last), status, Status.NONFINITE)
     return ProbitResult(
-        coef=w, coef_cov=coef_cov, thresholds=b, thresholds_cov=post.thresholds_cov,
+        config=config, coef=w, coef_cov=coef_cov, thresholds=b, thresholds_cov=post.thresholds_cov,
         cross_cov=post.cross_cov, sigma=sigma, alpha=alpha, log_evidence=log_ev, loglik=loglik,
         n_iter=n_iter, converged=done & inner_ok & chol_ok & joint.converged,
         status=status.astype(jnp.int32), center=jnp.zeros(d, dtype), scale=jnp.ones(d, dtype),
     )
 
 
-@partial(jax.jit, static_argnames=("link",))
-def predict_probit(result: ProbitResult, X, *, link: str = "probit") -> ProbitPrediction:
+def predict_probit(result: ProbitResult, X, *, link: str | None = None) -> ProbitPrediction:
     """Predictive latent mean/variance and class probabilities for new inputs.
 
     Integrates the joint Gaussian posterior of (w, b): with ``x_c = x - center``,
@@ -470,8 +473,16 @@ def predict_probit(result: ProbitResult, X, *, link: str = "probit") -> ProbitPr
     ``P(y <= k) = E[F((b_k - x_c^T w) / sigma)]`` with ``b_k - x_c^T w ~ N(b_k - m, s_k^2)``:
     ``F((b_k - m) / sqrt(sigma^2 + s_k^2))`` for the probit (exact), the probit approximation
     for the logit, quadrature for the other links
-    (:func:`bayesord._likelihood.log_predictive_probs`).
+    (:func:`bayesord._likelihood.log_predictive_probs`).  The link is the fit's
+    (``result.config.link``); ``link=`` is accepted for older code only when it equals it.
     """
+    check_settings(result.config, link=link)
+    return _predict_probit(result, X)
+
+
+@jax.jit
+def _predict_probit(result: ProbitResult, X) -> ProbitPrediction:
+    link = result.config.link
     X = jnp.asarray(X, result.coef.dtype)
     Xc = X - result.center
     mean_c = Xc @ result.coef
@@ -521,13 +532,19 @@ def _posterior_draws(result: ProbitResult, key, n_draws):
     return w, b
 
 
-@partial(jax.jit, static_argnames=("link", "n_draws"))
-def sample_class_probs(result: ProbitResult, X, key, *, n_draws: int = 200, link: str = "probit"):
+def sample_class_probs(result: ProbitResult, X, key, *, n_draws: int = 200, link: str | None = None):
     """Class probabilities under posterior draws of (w, b): shape (n_draws, n, K).
 
     Each draw gives ``P(y = k | x, w_s, b_s)``; their spread is the posterior uncertainty
-    of the class probabilities, always inside [0, 1].
+    of the class probabilities, always inside [0, 1].  The link is the fit's.
     """
+    check_settings(result.config, link=link)
+    return _sample_class_probs(result, X, key, n_draws=n_draws)
+
+
+@partial(jax.jit, static_argnames=("n_draws",))
+def _sample_class_probs(result: ProbitResult, X, key, *, n_draws: int):
+    link = result.config.link
     X = jnp.asarray(X, result.coef.dtype) - result.center
     w, b = _posterior_draws(result, key, n_draws)
     scale = jnp.broadcast_to(result.sigma, (X.shape[0],))
@@ -539,14 +556,16 @@ def sample_class_probs(result: ProbitResult, X, key, *, n_draws: int = 200, link
 
 
 def class_prob_bands(result: ProbitResult, X, key, *, level: float = 0.95, n_draws: int = 200,
-                     link: str = "probit", block: int = 4096):
+                     link: str | None = None, block: int = 4096):
     """Central credible band and posterior sd of each class probability.
 
     Rows are processed in blocks of ``block`` so memory is ``O(n_draws * block * K)``.
+    The link is the fit's.
 
     Returns:
         (lower, upper, sd), each of shape (n, K), with ``0 <= lower <= upper <= 1``.
     """
+    check_settings(result.config, link=link)
     if not 0.0 < level < 1.0:
         raise ValueError(f"level must be in (0, 1), got {level}")
     X = np.asarray(X, result.coef.dtype)
@@ -556,14 +575,14 @@ def class_prob_bands(result: ProbitResult, X, key, *, level: float = 0.95, n_dra
         rows = X[start:start + block]
         # Rows padded to a bucket size, so blocks of nearby sizes share one compiled program.
         (padded,) = pad_rows(bucket_rows(rows.shape[0]), rows)
-        lo, hi, sd = _band_block(result, padded, key, q, n_draws=n_draws, link=link)
+        lo, hi, sd = _band_block(result, padded, key, q, n_draws=n_draws)
         outs.append((lo[:rows.shape[0]], hi[:rows.shape[0]], sd[:rows.shape[0]]))
     return tuple(jnp.concatenate([o[i] for o in outs]) for i in range(3))
 
 
-@partial(jax.jit, static_argnames=("link", "n_draws"))
-def _band_block(result, X, key, q, *, n_draws, link):
+@partial(jax.jit, static_argnames=("n_draws",))
+def _band_block(result, X, key, q, *, n_draws):
     """Quantiles ``q`` and sd of the class probabilities over posterior draws, one block."""
-    draws = sample_class_probs(result, X, key, n_draws=n_draws, link=link)
+    draws = _sample_class_probs(result, X, key, n_draws=n_draws)
     lo_hi = jnp.quantile(draws, q, axis=0)
     return lo_hi[0], lo_hi[1], jnp.std(draws, axis=0)

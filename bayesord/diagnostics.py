@@ -44,6 +44,7 @@ from ._isbor import Action, ISBORResult, weight_cov
 from ._likelihood import LINKS, log_class_probs
 from ._linalg import chol_inverse
 from ._probit import ProbitResult
+from ._results import check_settings
 from ._status import warn_user
 from ._thresholds import params_from_thresholds, thresholds_from_params, thresholds_jacobian
 
@@ -96,9 +97,8 @@ def laplace_posterior(model, **kwargs) -> LaplacePosterior:
 
     Dispatches on the functional result: registered for :class:`bayesord.ProbitResult`
     and :class:`bayesord.ISBORResult` (weights over the relevance vectors; thresholds,
-    sigma and alpha as type-II ML point estimates; for a result pass ``kernel=``,
-    ``degree=``, ``link=`` as in its :class:`bayesord.ISBORConfig` and optionally
-    ``classes=``).  A fitted estimator (:class:`bayesord.OrdinalProbit`,
+    sigma and alpha as type-II ML point estimates); the link, kernel and degree are read
+    from the result's ``config``; ``classes=`` and ``feature_names=`` label the output.  A fitted estimator (:class:`bayesord.OrdinalProbit`,
     :class:`bayesord.ISBOR`, :class:`bayesord.SBOR`) is read through its
     ``posterior_result()``, which returns its result and those settings.
 
@@ -163,12 +163,13 @@ def _probit_posterior(result: ProbitResult, link, classes, feature_names,
 
 
 @laplace_posterior.register(ProbitResult)
-def _(result, *, link="probit", classes=None, feature_names=None, model_name="ordinal probit", **kwargs):
+def _(result, *, link=None, classes=None, feature_names=None, model_name="ordinal probit", **kwargs):
+    check_settings(result.config, link=link)
     k = result.thresholds.shape[0] + 1
     d = result.coef.shape[0]
     classes = np.arange(k) if classes is None else np.asarray(classes)
     names = [f"x{j}" for j in range(d)] if feature_names is None else list(feature_names)
-    return _probit_posterior(result, link, classes, names, model_name)
+    return _probit_posterior(result, result.config.link, classes, names, model_name)
 
 
 @lru_cache(maxsize=None)
@@ -229,9 +230,11 @@ def _sparse_posterior(result, kernel, degree, link, classes, model_name,
 
 
 @laplace_posterior.register(ISBORResult)
-def _(result, *, kernel="rbf", degree=2, link="probit", classes=None, feature_names=None,
+def _(result, *, kernel=None, degree=None, link=None, classes=None, feature_names=None,
       model_name="ISBORResult", **kwargs):
-    return _sparse_posterior(result, kernel, degree, link, classes, model_name, feature_names)
+    check_settings(result.config, kernel=kernel, degree=degree, link=link)
+    c = result.config
+    return _sparse_posterior(result, c.kernel, c.degree, c.link, classes, model_name, feature_names)
 
 
 def _as_key(key):
@@ -289,10 +292,9 @@ def to_inference_data(model, X, y, *, draws: int = 500, chains: int = 4, key=Non
 
     Args:
         model: a fitted :class:`bayesord.OrdinalProbit`, :class:`bayesord.ISBOR` or
-            :class:`bayesord.SBOR`; or a :class:`bayesord.ProbitResult` (then pass
-            ``link=`` if not "probit", and optionally ``classes=``, ``feature_names=``) or
-            an :class:`bayesord.ISBORResult` (then pass ``kernel=``, ``degree=``, ``link=``
-            of its config, and optionally ``classes=``).
+            :class:`bayesord.SBOR`; or a :class:`bayesord.ProbitResult` or
+            :class:`bayesord.ISBORResult` (its link, kernel and degree are in its
+            ``config``; optionally pass ``classes=`` and ``feature_names=``).
         X: inputs whose observed labels are ``y`` (usually the training data), (n, d).
         y: observed labels, shape (n,), in the model's classes.
         draws: draws per chain.

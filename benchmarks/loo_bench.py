@@ -102,7 +102,7 @@ def compiled_fit(X, config, min_delta):
     return fn, time.perf_counter() - t0
 
 
-def select_by_loo(fit, X, y, grid, config, draws, chains):
+def select_by_loo(fit, X, y, grid, draws, chains):
     rng = jax.random.PRNGKey(0)
     t0 = time.perf_counter()
     fits = [jax.block_until_ready(fit(X, y, jnp.ones(len(y)), rng, t)) for t in grid]
@@ -114,7 +114,7 @@ def select_by_loo(fit, X, y, grid, config, draws, chains):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             for res in fits:
-                out.append(loo(res, X, y, kernel=config.kernel, draws=draws, chains=chains, key=0))
+                out.append(loo(res, X, y, draws=draws, chains=chains, key=0))
         return out, time.perf_counter() - t, caught
 
     elpds, first_s, caught = loo_pass()  # compiles the pointwise log-likelihood per shape
@@ -132,7 +132,7 @@ def select_by_loo(fit, X, y, grid, config, draws, chains):
                 n_iter=[int(r.n_iter) for r in fits])
 
 
-def select_by_cv(fit, X, y, grid, config, seed):
+def select_by_cv(fit, X, y, grid, seed):
     """5-fold CV on MAE: held-out rows get weight 0 (ISBOR never picks their centres).
 
     The folds run one after another through the same compiled solver, as in
@@ -149,8 +149,7 @@ def select_by_cv(fit, X, y, grid, config, seed):
         errs = []
         for f in range(FOLDS):
             res = fit(X, y, jnp.asarray((folds != f).astype(np.float64)), rng, t)
-            pred = np.asarray(predict_isbor(res, X, kernel=config.kernel, degree=config.degree,
-                                            link=config.link).labels)
+            pred = np.asarray(predict_isbor(res, X).labels)
             errs.append(np.mean(np.abs(pred[folds == f] - yn[folds == f])))
             status.append(int(res.status))
         mae.append(np.mean(errs))
@@ -159,9 +158,8 @@ def select_by_cv(fit, X, y, grid, config, seed):
     return dict(index=int(np.argmin(mae)), scores=mae, run_s=run_s, status=status)
 
 
-def test_mae(res, X, y, config):
-    pred = np.asarray(predict_isbor(res, X, kernel=config.kernel, degree=config.degree,
-                                    link=config.link).labels)
+def test_mae(res, X, y):
+    pred = np.asarray(predict_isbor(res, X).labels)
     return float(np.mean(np.abs(pred - y)))
 
 
@@ -193,10 +191,10 @@ def main(argv=None):
         print(f"{label}: {n_train} training rows (paper {paper_n or '-'}), {len(yte)} test rows, "
               f"d={X.shape[1]}, K={K}", flush=True)
         fit, compile_s = compiled_fit(Xtr, config, min_delta)
-        lo = select_by_loo(fit, Xtr, ytr, grid, config, draws, chains)
-        cv = select_by_cv(fit, Xtr, ytr, grid, config, args.seed)
-        test_mae(lo["fits"][0], Xte, yte, config)  # compile the prediction before timing it
-        test = [test_mae(r, Xte, yte, config) for r in lo["fits"]]
+        lo = select_by_loo(fit, Xtr, ytr, grid, draws, chains)
+        cv = select_by_cv(fit, Xtr, ytr, grid, args.seed)
+        test_mae(lo["fits"][0], Xte, yte)  # compile the prediction before timing it
+        test = [test_mae(r, Xte, yte) for r in lo["fits"]]
         i, j = lo["index"], cv["index"]
         agree = "same" if i == j else ("neighbour" if abs(i - j) == 1 else "no")
         rows.append({

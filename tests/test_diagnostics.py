@@ -275,7 +275,7 @@ def test_relevance_helpers_accept_a_fitted_isbor(isbor_fit):
 def test_isbor_result_exports_like_the_estimator(isbor_fit):
     model, X, y = isbor_fit
     a = to_inference_data(model, X, y, draws=50, chains=2, key=5)
-    b = to_inference_data(model.result_, X, y, draws=50, chains=2, key=5, kernel="rbf")
+    b = to_inference_data(model.result_, X, y, draws=50, chains=2, key=5)
     np.testing.assert_allclose(a.log_likelihood["y"].values, b.log_likelihood["y"].values, rtol=1e-12)
     np.testing.assert_array_equal(a.posterior["weights"].coords["relevance_vector"].values,
                                   model.relevance_indices_)

@@ -12,7 +12,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from bayesord import OrdinalProbit, _compile_cache
 from bayesord._compile_cache import QUICK_MAX_ROWS
-from bayesord._probit import fit_probit, predict_probit
+from bayesord._probit import _predict_probit, fit_probit, predict_probit
 from bayesord._shapes import MIN_ROWS, bucket_rows
 from bayesord.datasets import make_ordinal_probit
 from bayesord.estimators._base import solver_tol
@@ -198,8 +198,8 @@ def test_small_fits_use_the_quick_compiling_programs_and_large_ones_the_optimise
         pytest.skip("the quick-compiling options are XLA:CPU's")
     assert _compile_cache._quick_options_accepted()
     small, large = bucket_rows(100), bucket_rows(QUICK_MAX_ROWS + 1)
-    assert _fit_program(small) is not fit_probit and _predict_program(small) is not predict_probit
-    assert _fit_program(large) is fit_probit and _predict_program(large) is predict_probit
+    assert _fit_program(small) is not fit_probit and _predict_program(small) is not _predict_probit
+    assert _fit_program(large) is fit_probit and _predict_program(large) is _predict_probit
     assert _fit_program(small) is _fit_program(bucket_rows(QUICK_MAX_ROWS))  # one program object
 
 

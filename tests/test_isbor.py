@@ -167,8 +167,8 @@ def test_masked_buffer_equals_sliced(state, data):
     zero = jnp.zeros(())
     k1 = state["b"].shape[0]
     # Thresholds known exactly (no cross covariance): the latent variance is the weights' alone.
-    res = ISBORResult(relevance_index=jnp.asarray(rows), mask=jnp.asarray(mask),
-                      centres=jnp.asarray(centres), w=r_pad.w, chol=r_pad.chol,
+    res = ISBORResult(config=ISBORConfig(n_classes=k1 + 1), relevance_index=jnp.asarray(rows),
+                      mask=jnp.asarray(mask), centres=jnp.asarray(centres), w=r_pad.w, chol=r_pad.chol,
                       alpha=jnp.asarray(alpha_pad), b=state["b"], thresholds_cov=jnp.eye(k1),
                       cross_cov=jnp.zeros((7, k1)), sigma=jnp.asarray(1.0), theta=jnp.asarray(THETA),
                       log_evidence=zero, evidence_trace=zero, action_trace=zero, index_trace=zero,

@@ -156,7 +156,7 @@ def test_theta_auto_by_cv_equals_separate_fold_fits(data, scoring):
         loss = np.zeros(len(y))
         for k in range(3):
             res = est._solver(Xj, yj, jnp.asarray(folds != k, float), cand, key, t, est.min_delta, config)
-            pred = predict_isbor(res, Xj[folds == k], kernel="rbf")
+            pred = predict_isbor(res, Xj[folds == k])
             if scoring == "mae":
                 loss[folds == k] = np.abs(np.asarray(pred.labels) - y[folds == k])
             else:
@@ -235,7 +235,7 @@ def test_theta_auto_by_loo_equals_psis_loo_of_separate_fits(data):
         res = est._solver(Xj, yj, sw, cand, key, t, est.min_delta, config)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
-            ref = float(loo(res, X, y, kernel="rbf", draws=250, chains=4,
+            ref = float(loo(res, X, y, draws=250, chains=4,
                             key=jax.random.fold_in(key, 1)).elpd_loo)
         np.testing.assert_allclose(score, ref, rtol=1e-6)
     with pytest.warns(UserWarning, match="theta="):

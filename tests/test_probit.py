@@ -1,6 +1,8 @@
 """Bayesian linear ordinal probit: against statsmodels (ML limit), an MCMC reference, finite
 differences of the evidence, and the properties every solver keeps."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -310,3 +312,20 @@ def test_pilot_start_on_large_n_reaches_the_same_joint_map(drop_class_from_pilot
     Xs, ys, ws = _strided(jnp.asarray(X), jnp.asarray(y), jnp.ones(n), _SCALE_ROWS)
     scaled_w, _ = _scaled_start(Xs, ys, ws, jnp.full(3, 1e-3), "probit", 4)
     assert bool(jnp.allclose(pilot_w, scaled_w)) == drop_class_from_pilot
+
+
+def test_prediction_reads_the_link_from_the_result():
+    """A logit fit predicts with the logit: the link is part of the result, and passing a
+    different one is an error rather than a silently wrong answer."""
+    X, y, _ = make_ordinal_probit(300, 2, 3, seed=4, link="logit")
+    res = _fit(X, y - 1, alpha=1.0, thresholds="joint", link="logit")
+    assert res.config.link == "logit"
+    proba = np.asarray(predict_probit(res, X[:4]).proba)
+    with pytest.raises(ValueError, match="fitted with link='logit'"):
+        predict_probit(res, X[:4], link="probit")
+    with pytest.warns(DeprecationWarning, match="reads it from the result"):
+        again = predict_probit(res, X[:4], link="logit")
+    np.testing.assert_array_equal(np.asarray(again.proba), proba)
+    # The logit's predictive distribution, not the probit's, at the same estimates.
+    probit_twin = res._replace(config=dataclasses.replace(res.config, link="probit"))
+    assert not np.allclose(np.asarray(predict_probit(probit_twin, X[:4]).proba), proba, atol=1e-3)

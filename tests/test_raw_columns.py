@@ -135,7 +135,7 @@ def test_isbor_logit_predictive_uses_the_logit_scale():
     res = model.result_
     from bayesord._isbor import predict_isbor
 
-    pred = predict_isbor(res, jnp.asarray(X_TEST), kernel="linear", link="logit")
+    pred = predict_isbor(res, jnp.asarray(X_TEST))
     # Rebuild the per-threshold latent variance and check the class probabilities by hand.
     Z = (X_TEST - res.center) / res.scale
     Phi = (Z @ np.asarray(res.centres).T) * np.asarray(res.mask)

@@ -74,7 +74,7 @@ def _fold_predictions(theta, fold_weights, X, y, cand, key, min_delta, *, solver
     per row of ``fold_weights``."""
     def one(train_w):
         res = solver(X, y, train_w, cand, key, theta, min_delta, config)
-        pred = predict_isbor(res, X, kernel=config.kernel, degree=config.degree, link=config.link)
+        pred = predict_isbor(res, X)
         return pred.labels, pred.proba
 
     return jax.lax.map(one, fold_weights)
@@ -275,8 +275,8 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
                 res = self._solver(X, y, sw, cand, key, t, self.min_delta, config)
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                elpd = float(diagnostics.loo(res, X, y, kernel=config.kernel, degree=config.degree, link=config.link,
-                                 draws=_LOO_DRAWS, chains=_LOO_CHAINS, key=draw_key).elpd_loo)
+                elpd = float(diagnostics.loo(res, X, y, draws=_LOO_DRAWS, chains=_LOO_CHAINS,
+                                             key=draw_key).elpd_loo)
             for w in caught:
                 warn_user(f"theta={grid[i]:g}: {w.message}", w.category)
             scores.append(elpd if np.isfinite(elpd) else -np.inf)
@@ -333,23 +333,22 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
                  "theta_grid_scores": None if scores is None else np.asarray(scores).tolist()})
 
     def _restore(self, arrays, meta):
-        res = ISBORResult(**{k: arrays[f"result.{k}"] for k in ISBORResult._fields})
+        config = ISBORConfig(**meta["config"])
+        res = ISBORResult(config=config, **{k: arrays[f"result.{k}"] for k in ISBORResult._fields})
         m, k1, d = np.shape(res.mask)[0], len(self.classes_) - 1, int(self.n_features_in_)
         self._check_shapes(("result.center", res.center, (d,)), ("result.scale", res.scale, (d,)),
                            ("result.chol", res.chol, (m, m)), ("result.cross_cov", res.cross_cov, (m, k1)),
                            ("result.thresholds_cov", res.thresholds_cov, (k1, k1)))
-        self._store(res, ISBORConfig(**meta["config"]))
+        self._store(res, config)
         if meta["theta_grid_scores"] is not None:
             self.theta_grid_scores_ = np.asarray(meta["theta_grid_scores"], dtype=float)
 
     def posterior_result(self):
-        """The functional :class:`bayesord.ISBORResult` of the fit and the settings that
-        read it (``kernel``, ``degree``, ``link``, ``classes``, ``feature_names``,
+        """The functional :class:`bayesord.ISBORResult` of the fit (kernel, degree and link
+        in its ``config``) and the settings that label it (``classes``, ``feature_names``,
         ``model_name``): what :mod:`bayesord.diagnostics` dispatches on."""
         check_is_fitted(self, "result_")
-        c = self._config_
-        return self.result_, dict(kernel=c.kernel, degree=c.degree, link=c.link, classes=self.classes_,
-                                  feature_names=getattr(self, "feature_names_in_", None),
+        return self.result_, dict(classes=self.classes_, feature_names=getattr(self, "feature_names_in_", None),
                                   model_name=type(self).__name__)
 
     def to_inference_data(self, X, y, **kwargs):
@@ -362,8 +361,7 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
     def _predict_raw(self, X):
         check_is_fitted(self, "result_")
         X = self._validate_predict(X)
-        c = self._config_
-        return predict_isbor(self.result_, jnp.asarray(X), kernel=c.kernel, degree=c.degree, link=c.link)
+        return predict_isbor(self.result_, jnp.asarray(X))
 
     def predict(self, X):
         """Labels: the class whose threshold interval holds the latent mean (predictive median)."""

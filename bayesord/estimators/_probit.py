@@ -9,9 +9,9 @@ from sklearn.utils.validation import check_is_fitted
 from .._probit import (
     ProbitConfig,
     ProbitResult,
+    _predict_probit,
     class_prob_bands,
     fit_probit,
-    predict_probit,
     thresholds_at_zero,
 )
 from .. import diagnostics
@@ -40,8 +40,8 @@ def _fit_program(n_rows):
 
 
 def _predict_program(n_rows):
-    """``predict_probit`` as compiled for ``n_rows`` (padded) rows."""
-    return program_for_rows(predict_probit, n_rows, ("link",))
+    """The prediction of ``predict_probit`` as compiled for ``n_rows`` (padded) rows."""
+    return program_for_rows(_predict_probit, n_rows)
 
 
 class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
@@ -227,7 +227,7 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         res = jax.tree_util.tree_map(lambda a: np.asarray(a, float_dtype()), self.result_)
         n = X.shape[0]
         (X,) = pad_rows(bucket_rows(n), X.astype(float_dtype()))
-        return jax.tree_util.tree_map(lambda a: a[:n], _predict_program(X.shape[0])(res, X, link=self.link))
+        return jax.tree_util.tree_map(lambda a: a[:n], _predict_program(X.shape[0])(res, X))
 
     def predict_proba(self, X):
         """Class probabilities, shape (n, K), columns in ``classes_`` order, rows summing to 1.
@@ -274,7 +274,7 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         if not isinstance(seed, (int, np.integer)):
             raise TypeError("random_state must be an int or None")
         lo, hi, sd = class_prob_bands(res, X.astype(float_dtype()), jax.random.key(int(seed)),
-                                      level=level, n_draws=int(self.n_draws), link=self.link)
+                                      level=level, n_draws=int(self.n_draws))
         return tuple(np.clip(np.asarray(a, dtype=np.float64), 0.0, 1.0) for a in (lo, hi, sd))
 
     def score(self, X, y, sample_weight=None):
@@ -285,13 +285,13 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         return -float(np.average(err, weights=sample_weight))
 
     def posterior_result(self):
-        """The functional :class:`bayesord.ProbitResult` of the fit and the settings that
-        read it (``link``, ``classes``, ``feature_names``, ``model_name``): what
-        :mod:`bayesord.diagnostics` dispatches on."""
+        """The functional :class:`bayesord.ProbitResult` of the fit (its link in its
+        ``config``) and the settings that label it (``classes``, ``feature_names``,
+        ``model_name``): what :mod:`bayesord.diagnostics` dispatches on."""
         check_is_fitted(self, "coef_")
         names = getattr(self, "feature_names_in_", None)
         names = [f"x{j}" for j in range(len(self.coef_))] if names is None else list(names)
-        return self.result_, dict(link=self.link, classes=self.classes_, feature_names=names,
+        return self.result_, dict(classes=self.classes_, feature_names=names,
                                   model_name=type(self).__name__)
 
     def to_inference_data(self, X, y, **kwargs):
@@ -322,7 +322,7 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
                                     "converged_": self.converged_}}
 
     def _restore(self, arrays, meta):
-        res = ProbitResult(**{k: arrays[f"result.{k}"] for k in ProbitResult._fields})
+        res = ProbitResult(config=self._config(), **{k: arrays[f"result.{k}"] for k in ProbitResult._fields})
         d, k1 = int(self.n_features_in_), len(self.classes_) - 1
         self._check_shapes(("result.center", res.center, (d,)), ("result.scale", res.scale, (d,)),
                            ("result.coef_cov", res.coef_cov, (d, d)),
