@@ -26,6 +26,7 @@ import os
 from typing import TYPE_CHECKING
 
 from . import _compile_cache
+from ._registry import ESTIMATORS
 
 _EIGEN_OPTION = "--xla_cpu_multi_thread_eigen=false"
 if "xla_cpu_multi_thread_eigen" not in os.environ.get("XLA_FLAGS", ""):
@@ -50,8 +51,7 @@ _EXPORTS = {
     "._tor": ("TORConfig", "TORResult", "fit_tor"),
     "._validation": ("ColumnScaleWarning",),
     ".diagnostics": ("to_inference_data",),
-    ".estimators": ("ISBOR", "NPSVOR", "CuSumRank", "OrdinalMixed", "OrdinalProbit", "PRank", "RedSVM", "SBOR",
-                    "SwappedPairsSVM", "TransductiveOrdinalRegression", "load_model"),
+    ".estimators": tuple(entry.name for entry in ESTIMATORS) + ("load_model",),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 

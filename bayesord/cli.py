@@ -49,6 +49,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ._registry import COMMANDS
+
 __all__ = ["main"]
 
 
@@ -178,19 +180,6 @@ def _parse_classes(text, y, target):
     return [number(c) for c in classes]
 
 
-# --model name: estimator class (all in bayesord.estimators).
-_MODELS = {
-    "probit": "OrdinalProbit",
-    "isbor": "ISBOR",
-    "sbor": "SBOR",
-    "npsvor": "NPSVOR",
-    "cusum": "CuSumRank",
-    "prank": "PRank",
-    "swapped-pairs": "SwappedPairsSVM",
-    "redsvm": "RedSVM",
-    "tor": "TransductiveOrdinalRegression",
-}
-_BAYESIAN = ("probit", "isbor", "sbor")
 # Dedicated options of `fit` (argparse dest) and the constructor parameter each one sets.
 _OPTIONS = {"thresholds": "thresholds", "alpha": "alpha", "prior": "prior", "kernel": "kernel",
             "theta": "theta", "theta_selection": "theta_selection", "link": "link",
@@ -216,7 +205,7 @@ def _make_model(args):
     """The estimator that ``--model`` names, with the options and ``--param`` values given."""
     from . import estimators
 
-    cls = getattr(estimators, _MODELS[args.model])
+    cls = getattr(estimators, COMMANDS[args.model].name)
     known = cls().get_params()
     flag = f"--model {args.model}"
     params = {}
@@ -372,7 +361,7 @@ def _fit(args) -> int:
         _calibrate(model, raw, y, calibration, args)
     with _replacing(out) as tmp:
         model.save(tmp)
-    if args.model in _BAYESIAN:
+    if COMMANDS[args.model].bayesian:
         print(model.summary().to_string(float_format=lambda v: f"{v:.4f}"))
         if args.model != "probit":
             print(f"\n{len(model.relevance_indices_)} relevance vectors of {X.shape[0]} rows; kernel "
@@ -427,7 +416,7 @@ def _calibrate(model, raw, y, calibration, args):
         _progress.finish()
     for w in dict.fromkeys(str(w.message) for w in caught):
         _warning_line("fit", f"calibration: {w}")
-    print(f"calibrated prediction sets{' and probabilities' if args.model not in _BAYESIAN else ''} "
+    print(f"calibrated prediction sets{'' if COMMANDS[args.model].bayesian else ' and probabilities'} "
           f"on {how} (predict --set ALPHA)")
 
 
@@ -620,7 +609,7 @@ def _parser():
                    help="fit the raw columns; by default every model is fitted on columns centred "
                         "and scaled to sd 1 over the training rows, and the model file keeps that "
                         "transform, which predict applies to raw rows")
-    f.add_argument("--model", choices=list(_MODELS), default="probit",
+    f.add_argument("--model", choices=list(COMMANDS), default="probit",
                    help="probit: linear OrdinalProbit (default); isbor: sparse Bayesian kernel "
                         "model with incremental relevance-vector selection; sbor: its batch "
                         "version (small data); npsvor: linear nonparallel SVM; cusum, prank: "

@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "bayesord"
 LAYERS = {
     "core": {"_links", "_likelihood", "_linalg", "_loops", "_status", "_validation", "_progress",
              "_shapes", "_sparse", "_columns", "_basis", "_thresholds", "_compile_cache", "_splits",
-             "_results"},
+             "_results", "_registry"},
     "models": {"_laplace", "_probit", "_isbor", "_mixed", "_npsvor", "_perceptron", "_rankpairs",
                "_redsvm", "_tor"},
     "tools": {"datasets", "metrics", "calibration", "uncertainty", "diagnostics"},
@@ -136,3 +136,23 @@ def test_the_checker_sees_a_violation(tmp_path):
     assert module == "bayesord._links"
     assert found == [("bayesord.estimators", 5, True)]
     assert ORDER.index(_layer("bayesord.estimators")) > ORDER.index(_layer(module))
+
+
+def test_the_registry_lists_every_estimator_once():
+    """``bayesord._registry.ESTIMATORS`` is the one list: every public estimator class is in
+    it, the command line offers its commands, and ``load_model`` reads every format."""
+    import bayesord.estimators as est
+    from bayesord import cli
+    from bayesord._registry import COMMANDS, ESTIMATORS
+    from bayesord.estimators._base import OrdinalEstimator
+
+    names = [entry.name for entry in ESTIMATORS]
+    assert len(set(names)) == len(names)
+    public = {name for name in est.__all__ if isinstance(getattr(est, name), type)
+              and issubclass(getattr(est, name), OrdinalEstimator)}
+    assert public == set(names)
+    fit = cli._parser()._subparsers._group_actions[0].choices["fit"]
+    model = next(a for a in fit._actions if a.dest == "model")
+    assert list(model.choices) == list(COMMANDS)
+    formats = {getattr(est, name)._format for name in names}
+    assert len(formats) == len(names) and all(formats)

@@ -231,14 +231,14 @@ def test_every_model_fits_from_the_command_as_in_python(tmp_path, capsys, model,
     standardised columns predicts, and takes raw rows; --no-standardize fits the raw columns."""
     import bayesord
     from bayesord import load_model
-    from bayesord.cli import _MODELS
+    from bayesord._registry import COMMANDS
 
     X, y, _ = make_ordinal_probit(80, 2, 3, seed=7)
     frame = pd.DataFrame(X, columns=["a", "b"])
     labels = np.array(["lo", "mid", "hi"])[y - 1]
     data = tmp_path / "d.csv"
     frame.assign(y=labels).to_csv(data, index=False)
-    cls = getattr(bayesord, _MODELS[model])
+    cls = getattr(bayesord, COMMANDS[model].name)
     for standardize in (True, False):
         path = tmp_path / f"m{standardize}.npz"
         assert main(["fit", str(data), "--out", str(path), "--model", model, "--classes", "lo,mid,hi",

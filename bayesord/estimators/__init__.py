@@ -4,6 +4,7 @@ Importing this module turns on JAX's persistent compilation cache (:mod:`bayesor
 """
 
 from .. import _compile_cache
+from .._registry import ESTIMATORS
 from ._base import read_model_file
 from ._isbor import ISBOR, SBOR
 from ._mixed import OrdinalMixed
@@ -13,19 +14,7 @@ from ._probit import OrdinalProbit
 from ._rankpairs import SwappedPairsSVM
 from ._tor import RedSVM, TransductiveOrdinalRegression
 
-__all__ = [
-    "CuSumRank",
-    "ISBOR",
-    "NPSVOR",
-    "OrdinalMixed",
-    "OrdinalProbit",
-    "PRank",
-    "RedSVM",
-    "SBOR",
-    "SwappedPairsSVM",
-    "TransductiveOrdinalRegression",
-    "load_model",
-]
+__all__ = [entry.name for entry in ESTIMATORS] + ["load_model"]
 
 _compile_cache.enable()
 
@@ -41,6 +30,5 @@ def load_model(path):
             bayesord estimator, it is damaged (cut short, altered bytes), or its metadata
             disagrees with its arrays (e.g. the number of features or classes).
     """
-    classes = (OrdinalProbit, OrdinalMixed, ISBOR, SBOR, NPSVOR, CuSumRank, PRank, SwappedPairsSVM, RedSVM,
-               TransductiveOrdinalRegression)
+    classes = [globals()[entry.name] for entry in ESTIMATORS]
     return read_model_file(path, {cls._format: cls for cls in classes})
