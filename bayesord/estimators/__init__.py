@@ -14,7 +14,20 @@ from ._probit import OrdinalProbit
 from ._rankpairs import SwappedPairsSVM
 from ._tor import RedSVM, TransductiveOrdinalRegression
 
-__all__ = [entry.name for entry in ESTIMATORS] + ["load_model"]
+# The classes of bayesord._registry.ESTIMATORS (tests/test_architecture.py checks the two agree).
+__all__ = [
+    "CuSumRank",
+    "ISBOR",
+    "NPSVOR",
+    "OrdinalMixed",
+    "OrdinalProbit",
+    "PRank",
+    "RedSVM",
+    "SBOR",
+    "SwappedPairsSVM",
+    "TransductiveOrdinalRegression",
+    "load_model",
+]
 
 _compile_cache.enable()
 
