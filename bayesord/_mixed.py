@@ -55,6 +55,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._columns import center_and_scale
+from ._effects import average_marginal_effects
 from ._likelihood import LINKS, log_class_probs, log_predictive_probs, ordinal_ratios, terms_from_ratios
 from ._linalg import safe_cholesky
 from ._results import result_type
@@ -529,13 +530,9 @@ def _plugin_proba(eta, result: MixedResult, X, groups):
 def marginal_effects_mixed(result: MixedResult, X, groups, discrete):
     """Average marginal effects of each column on the class probabilities and the expected class.
 
-    For column ``j``: the average over the rows ``X`` of ``dP(y = k | x) / dx_j`` (a
-    continuous column) or of ``P(y = k | x, x_j = 1) - P(y = k | x, x_j = 0)`` (a 0/1 column,
-    ``discrete[j]``), with the probabilities at the estimate and each row's group effect at its
-    conditional mode (0 for a new group, code -1: the effect in a typical group).  The last
-    outcome is the expected class position ``sum_k k P(y = k)`` (classes numbered 0..K-1).
-    Rows given as the data average the effect over them; one row gives the effect at those
-    values.  Their sds come from the delta method over the Laplace posterior of ``eta``.
+    :func:`bayesord._effects.average_marginal_effects` with the probabilities at ``eta`` and
+    each row's group effect at its conditional mode (0 for a new group, code -1: the effect in
+    a typical group), and the Laplace posterior of ``eta``.
 
     Args:
         result: a :class:`MixedResult`.
@@ -546,29 +543,6 @@ def marginal_effects_mixed(result: MixedResult, X, groups, discrete):
     Returns:
         (effects, sds), each of shape (d, K + 1).
     """
-    X = jnp.asarray(X, result.eta.dtype)
     groups = jnp.asarray(groups, jnp.int32)
-    d = X.shape[1]
-    positions = jnp.arange(result.thresholds.shape[0] + 1, dtype=X.dtype)
-
-    def outcomes(proba):
-        return jnp.concatenate([proba, (proba @ positions)[..., None]], axis=-1)
-
-    def effects(eta):
-        def slope(j):
-            tangent = jnp.zeros_like(X).at[:, j].set(1.0)
-            _, dp = jax.jvp(lambda Xs: _plugin_proba(eta, result, Xs, groups), (X,), (tangent,))
-            return jnp.mean(outcomes(dp), axis=0)
-
-        def change(j):
-            hi = _plugin_proba(eta, result, X.at[:, j].set(1.0), groups)
-            lo = _plugin_proba(eta, result, X.at[:, j].set(0.0), groups)
-            return jnp.mean(outcomes(hi - lo), axis=0)
-
-        cols = jnp.arange(d)
-        return jnp.where(discrete[:, None], jax.vmap(change)(cols), jax.vmap(slope)(cols))
-
-    value = effects(result.eta)
-    J = jax.jacfwd(effects)(result.eta)  # (d, K + 1, m)
-    var = jnp.einsum("jkm,ml,jkl->jk", J, result.eta_cov, J)
-    return value, jnp.sqrt(jnp.maximum(var, 0.0))
+    return average_marginal_effects(lambda eta, Xs: _plugin_proba(eta, result, Xs, groups),
+                                    result.eta, result.eta_cov, X, discrete)

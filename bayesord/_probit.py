@@ -63,6 +63,7 @@ import numpy as np
 import optax
 
 from ._columns import center_and_scale
+from ._effects import average_marginal_effects
 from ._laplace import (
     joint_posterior,
     laplace_at,
@@ -88,6 +89,7 @@ __all__ = [
     "ProbitPrediction",
     "fit_probit",
     "predict_probit",
+    "marginal_effects_probit",
     "sample_class_probs",
     "class_prob_bands",
     "thresholds_at_zero",
@@ -512,6 +514,34 @@ def thresholds_at_zero(result: ProbitResult):
     cov = (result.thresholds_cov + jnp.outer(bc, ones) + jnp.outer(ones, bc)
            + (c @ wc) * jnp.outer(ones, ones))
     return thresholds, cov, result.cross_cov + jnp.outer(wc, ones)
+
+
+@jax.jit
+def marginal_effects_probit(result: ProbitResult, X, discrete):
+    """Average marginal effects of each column on the class probabilities and the expected class.
+
+    :func:`bayesord._effects.average_marginal_effects` with the class probabilities at the
+    posterior mode of ``(w, b)``, ``P(y = k | x) = F((b_{k+1} - x_c^T w) / sigma) - F((b_k -
+    x_c^T w) / sigma)``, and the joint Laplace posterior of ``(w, b)`` for the sds.
+
+    Args:
+        result: a :class:`ProbitResult`.
+        X: rows, shape (n, d), on the user's scale.
+        discrete: bool, shape (d,): which columns take the 0/1 change.
+
+    Returns:
+        (effects, sds), each of shape (d, K + 1): per column, the effect on each class
+        probability and on the expected class (classes numbered 0..K-1).
+    """
+    d = result.coef.shape[0]
+    theta = jnp.concatenate([result.coef, result.thresholds])
+    cov = jnp.block([[result.coef_cov, result.cross_cov], [result.cross_cov.T, result.thresholds_cov]])
+
+    def proba(t, Xs):
+        f = (Xs - result.center) @ t[:d]
+        return jnp.exp(log_class_probs(f, jnp.broadcast_to(result.sigma, f.shape), t[d:], result.config.link))
+
+    return average_marginal_effects(proba, theta, cov, X, discrete)
 
 
 def _posterior_draws(result: ProbitResult, key, n_draws):

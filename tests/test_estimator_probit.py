@@ -223,3 +223,83 @@ def test_nearby_row_counts_share_one_program_and_padding_changes_nothing(mode):
         np.testing.assert_allclose(model.coef_cov_, ref.coef_cov, rtol=1e-6)
         direct = np.asarray(predict_probit(ref, X[:7]).proba)
         np.testing.assert_allclose(model.predict_proba(X[:7]), direct, atol=1e-8)
+
+
+def _raw_design(n=400, seed=11):
+    """A 0/1 column and a raw continuous one (mean 500, sd 20), and labels from a logit model."""
+    rng = np.random.default_rng(seed)
+    dummy = (rng.random(n) < 0.4).astype(float)
+    level = 500.0 + 20.0 * rng.normal(size=n)
+    f = 1.2 * dummy + 0.05 * (level - 500.0) + rng.logistic(size=n)
+    return np.c_[dummy, level], np.digitize(f, [-1.0, 0.5, 2.0])
+
+
+def _reference_effects(res, X, link_cdf):
+    """AMEs and delta-method sds in NumPy: probabilities from the result's arrays, central
+    differences for the slope and the Jacobian, the 0 -> 1 change for the dummy."""
+    w, b = np.asarray(res.coef), np.asarray(res.thresholds)
+    center, d = np.asarray(res.center), w.size
+    cov = np.block([[res.coef_cov, res.cross_cov], [np.asarray(res.cross_cov).T, res.thresholds_cov]])
+
+    def proba(theta, Xs):
+        cum = link_cdf(theta[d:][None, :] - ((Xs - center) @ theta[:d])[:, None])
+        cum = np.c_[np.zeros(len(Xs)), cum, np.ones(len(Xs))]
+        return np.diff(cum, axis=1)
+
+    def effects(theta):
+        out = []
+        for j, discrete in enumerate([True, False]):
+            if discrete:
+                hi, lo = X.copy(), X.copy()
+                hi[:, j], lo[:, j] = 1.0, 0.0
+                dp = proba(theta, hi) - proba(theta, lo)
+            else:
+                h = 1e-4 * np.std(X[:, j])
+                up, dn = X.copy(), X.copy()
+                up[:, j] += h
+                dn[:, j] -= h
+                dp = (proba(theta, up) - proba(theta, dn)) / (2 * h)
+            out.append(np.r_[dp.mean(0), (dp @ np.arange(dp.shape[1])).mean()])
+        return np.array(out)
+
+    theta = np.r_[w, b]
+    value = effects(theta)
+    J = np.stack([(effects(theta + 1e-6 * e) - effects(theta - 1e-6 * e)) / 2e-6 for e in np.eye(theta.size)], -1)
+    return value, np.sqrt(np.einsum("jkm,ml,jkl->jk", J, cov, J))
+
+
+def test_marginal_effects_match_a_numpy_reference_and_follow_the_columns_units():
+    from scipy.special import expit
+
+    X, y = _raw_design()
+    model = OrdinalProbit(thresholds="joint", alpha=0.0, link="logit").fit(X, y)
+    table = model.marginal_effects(X)
+    assert list(table["kind"].unique()) == ["change 0->1", "slope"]
+    value, sd = _reference_effects(model.result_, X, expit)
+    np.testing.assert_allclose(table["mean"].to_numpy().reshape(value.shape), value, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(table["sd"].to_numpy().reshape(sd.shape), sd, rtol=1e-4, atol=1e-9)
+    # Class-probability effects sum to zero over the classes.
+    probs = table["mean"].to_numpy().reshape(2, -1)[:, :-1]
+    np.testing.assert_allclose(probs.sum(axis=1), 0.0, atol=1e-12)
+    # Effects are per unit of the user's column: shifting it changes nothing, scaling it by 10
+    # divides its slope (and its sd) by 10.
+    shifted = OrdinalProbit(thresholds="joint", alpha=0.0, link="logit").fit(X * [1.0, 10.0] + [0.0, -3e3], y)
+    moved = shifted.marginal_effects(X * [1.0, 10.0] + [0.0, -3e3])
+    slope = table.xs("x1", level="term")
+    np.testing.assert_allclose(moved.xs("x1", level="term")[["mean", "sd"]].to_numpy(),
+                               slope[["mean", "sd"]].to_numpy() / 10.0, rtol=1e-5, atol=1e-10)
+    np.testing.assert_allclose(moved.xs("x0", level="term")["mean"], table.xs("x0", level="term")["mean"],
+                               rtol=1e-6, atol=1e-10)
+
+
+def test_marginal_effects_at_one_row_and_after_save_load(tmp_path):
+    X, y = _raw_design(200, seed=3)
+    model = OrdinalProbit().fit(X, y)
+    at = model.marginal_effects(X[:1])
+    path = tmp_path / "m.npz"
+    model.save(path)
+    again = OrdinalProbit.load(path).marginal_effects(X[:1])
+    pd.testing.assert_frame_equal(at, again)
+    assert at.loc[("x0", "E[class]"), "kind"] == "change 0->1"
+    with pytest.raises(ValueError, match="features"):
+        model.marginal_effects(X[:, :1])

@@ -12,6 +12,7 @@ from .._probit import (
     _predict_probit,
     class_prob_bands,
     fit_probit,
+    marginal_effects_probit,
     thresholds_at_zero,
 )
 from .. import diagnostics
@@ -187,6 +188,7 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         config = self._config()
         self._spec = None  # a formula's coding applies to the fit from_formula makes only
         X, codes, sw = self._validate_fit(X, y, sample_weight, classes)
+        self.binary_columns_ = np.all((X == 0) | (X == 1), axis=0)
         alpha = self._alpha(X.shape[1])
         dtype = float_dtype()
         tol = solver_tol(self.tol, dtype)
@@ -315,9 +317,41 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         sd = np.sqrt(np.concatenate([np.diag(self.coef_cov_), np.diag(self.thresholds_cov_)]))
         return posterior_table(names + thr_names, mean, sd, level)
 
+    def marginal_effects(self, X, level=0.95):
+        """Average marginal effects of each column on every class probability and on the
+        expected class, with delta-method sds and central intervals.
+
+        A column that was 0/1 in the training data (a dummy, e.g. ``temp[T.warm]``) gets the
+        average change from 0 to 1; any other column the average derivative (per unit of
+        that column).  Pass the data to average over them, or one row to get the effects at
+        those values; a model fitted from a formula takes a DataFrame.  Probabilities are at
+        the posterior mode, and the sds propagate the joint posterior of the coefficients and
+        thresholds (delta method); the expected class numbers the classes 0..K-1.  See
+        :func:`bayesord._probit.marginal_effects_probit`.
+
+        Returns:
+            pandas DataFrame indexed by (term, outcome): outcome is ``P(y=<class>)`` or
+            ``E[class]``; columns ``kind`` ("change 0->1" or "slope"), mean, sd and the
+            interval.
+        """
+        import pandas as pd
+
+        X = self._validate_predict(X)
+        binary = np.asarray(self.binary_columns_, bool)
+        res = jax.tree_util.tree_map(lambda a: np.asarray(a, float_dtype()), self.result_)
+        effect, sd = marginal_effects_probit(res, X.astype(float_dtype()), binary)
+        names = self.posterior_result()[1]["feature_names"]
+        outcomes = [f"P(y={c})" for c in self.classes_] + ["E[class]"]
+        index = pd.MultiIndex.from_product([names, outcomes], names=["term", "outcome"])
+        table = posterior_table(index, np.asarray(effect, np.float64).ravel(), np.asarray(sd, np.float64).ravel(),
+                                level)
+        table.insert(0, "kind", np.repeat(np.where(binary, "change 0->1", "slope"), len(outcomes)))
+        return table
+
     # ------------------------------------------------------------ persistence
     def _saved_state(self):
         arrays = {f"result.{k}": v for k, v in self.result_._asdict().items()}
+        arrays["binary_columns_"] = np.asarray(self.binary_columns_)
         return arrays, {"scalars": {"log_evidence_": self.log_evidence_, "n_iter_": self.n_iter_,
                                     "converged_": self.converged_}}
 
@@ -329,5 +363,10 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
                            ("result.cross_cov", res.cross_cov, (d, k1)),
                            ("result.thresholds_cov", res.thresholds_cov, (k1, k1)))
         self._set_result(res)
+        # Files written before marginal effects existed do not record which columns were
+        # 0/1; such a model takes the derivative for every column.
+        binary = arrays.get("binary_columns_", np.zeros(d, bool))
+        self._check_shapes(("binary_columns_", binary, (d,)))
+        self.binary_columns_ = np.asarray(binary, bool)
         for k, v in meta["scalars"].items():
             setattr(self, k, v)
