@@ -266,6 +266,45 @@ def check_sample_weight(sample_weight, n: int) -> np.ndarray:
     return sw
 
 
+def class_weights(class_weight, codes, sample_weight, classes) -> np.ndarray:
+    """Per-class multipliers of the sample weights, shape (K,).
+
+    ``"balanced"`` gives class k the multiplier ``W / (K W_k)``, with ``W_k`` the total sample
+    weight of class k and ``W`` that of all rows, so that every class carries the same total
+    weight and the total stays ``W`` (scikit-learn's rule, with sample weights); a dict maps
+    labels to multipliers, and classes it does not name keep 1.
+
+    Raises:
+        ValueError: an unknown string, a label that is not a class, a negative or non-finite
+            multiplier, or multipliers that leave every row at weight zero.
+        TypeError: neither None, "balanced" nor a dict.
+    """
+    k = len(classes)
+    if isinstance(class_weight, str):
+        if class_weight != "balanced":
+            raise ValueError(f"class_weight must be None, 'balanced' or a dict of label -> weight, "
+                             f"got {class_weight!r}")
+        totals = np.bincount(codes, weights=sample_weight, minlength=k)
+        with np.errstate(divide="ignore"):
+            return np.where(totals > 0, totals.sum() / (k * totals), 0.0)
+    if not isinstance(class_weight, dict):
+        raise TypeError(f"class_weight must be None, 'balanced' or a dict of label -> weight, "
+                        f"got {type(class_weight).__name__}")
+    listed = list(classes)
+    unknown = [label for label in class_weight if label not in listed]
+    if unknown:
+        raise ValueError(f"class_weight names {unknown}, which are not classes; the classes are {listed}")
+    out = np.ones(k)
+    for label, value in class_weight.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+                or not np.isfinite(value) or value < 0:
+            raise ValueError(f"class_weight[{label!r}] must be a finite number >= 0, got {value!r}")
+        out[listed.index(label)] = float(value)
+    if not np.any(out[codes] * sample_weight > 0):
+        raise ValueError("class_weight leaves every row at weight zero")
+    return out
+
+
 def _as_1d_labels(y, n: int | None):
     if hasattr(y, "dtype") and str(getattr(y, "dtype", "")) == "category":
         return y  # pandas Series / Categorical handled by the caller

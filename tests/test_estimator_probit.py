@@ -303,3 +303,43 @@ def test_marginal_effects_at_one_row_and_after_save_load(tmp_path):
     assert at.loc[("x0", "E[class]"), "kind"] == "change 0->1"
     with pytest.raises(ValueError, match="features"):
         model.marginal_effects(X[:, :1])
+
+
+def test_class_weight_balanced_equals_the_matching_sample_weights(tmp_path):
+    """``class_weight="balanced"`` is sample weights ``W / (K W_k)``; a dict multiplies the
+    named classes; both multiply ``sample_weight``."""
+    rng = np.random.default_rng(8)
+    X = rng.normal(size=(300, 2))
+    y = np.digitize(X @ [1.0, -0.5] + rng.logistic(size=300), [-2.5, 1.5])  # rare outer classes
+    sw = rng.uniform(0.5, 2.0, size=300)
+    totals = np.bincount(y, weights=sw)
+    balanced = OrdinalProbit(class_weight="balanced").fit(X, y, sample_weight=sw)
+    manual = OrdinalProbit().fit(X, y, sample_weight=sw * (sw.sum() / (3 * totals))[y])
+    np.testing.assert_allclose(balanced.coef_, manual.coef_, rtol=1e-9)
+    np.testing.assert_allclose(balanced.predict_proba(X[:5]), manual.predict_proba(X[:5]), rtol=1e-9)
+    # The rare classes gain probability.
+    plain = OrdinalProbit().fit(X, y, sample_weight=sw)
+    assert balanced.predict_proba(X)[:, 0].mean() > plain.predict_proba(X)[:, 0].mean()
+    dicted = OrdinalProbit(class_weight={0: 3.0, 2: 0.5}).fit(X, y)
+    by_hand = OrdinalProbit().fit(X, y, sample_weight=np.array([3.0, 1.0, 0.5])[y])
+    np.testing.assert_allclose(dicted.coef_, by_hand.coef_, rtol=1e-9)
+    # A dict whose keys JSON would turn into text is not saved silently changed.
+    path = tmp_path / "m.npz"
+    dicted.save(path)
+    with pytest.warns(UserWarning, match="class_weight"):
+        assert OrdinalProbit.load(path).class_weight is None
+
+
+@pytest.mark.parametrize("class_weight, error, match", [
+    ("equal", ValueError, "'balanced'"),
+    ({5: 1.0}, ValueError, r"names \[5\], which are not classes"),
+    ({0: -1.0}, ValueError, "finite number >= 0"),
+    ({0: float("nan")}, ValueError, "finite number >= 0"),
+    ({0: 0.0, 1: 0.0, 2: 0.0}, ValueError, "every row at weight zero"),
+    ([1.0, 2.0, 3.0], TypeError, "dict"),
+])
+def test_bad_class_weight(class_weight, error, match):
+    X = np.random.default_rng(0).normal(size=(30, 2))
+    y = np.arange(30) % 3
+    with pytest.raises(error, match=match):
+        OrdinalProbit(class_weight=class_weight).fit(X, y)

@@ -23,6 +23,7 @@ from .._status import warn_user
 from .._validation import (
     ColumnScaleWarning,
     check_sample_weight,
+    class_weights,
     check_X,
     column_scale_problems,
     encode_known_labels,
@@ -111,6 +112,8 @@ class OrdinalEstimator(BaseEstimator):
                           ColumnScaleWarning)
         codes, classes_ = encode_labels(y, classes, n=X.shape[0])
         sw = check_sample_weight(sample_weight, X.shape[0])
+        if getattr(self, "class_weight", None) is not None:
+            sw = sw * class_weights(self.class_weight, codes, sw, classes_)[codes]
         present = np.unique(codes[sw > 0])
         if present.size < min_classes:
             raise ValueError(
@@ -428,9 +431,14 @@ def _write_model_file(est, path, arrays, meta):
         if isinstance(value, tuple):
             tuples.append(name)
         try:
-            params[name] = json.loads(json.dumps(value, default=_numpy_to_json))
+            decoded = json.loads(json.dumps(value, default=_numpy_to_json))
         except TypeError:
             unsaved[name] = repr(value)
+            continue
+        if isinstance(value, dict) and decoded != value:  # JSON turns keys such as 1 into "1"
+            unsaved[name] = repr(value)
+        else:
+            params[name] = decoded
     classes = np.asarray(est.classes_)
     names = getattr(est, "feature_names_in_", None)
     standardized = getattr(est, "input_center_", None) is not None

@@ -78,6 +78,9 @@ class OrdinalMixed(SavableMixin, OrdinalEstimator):
         classes: the labels in increasing order (required for string labels).
         n_draws: posterior draws used for probability bands.
         random_state: seed (int) for the posterior draws.
+        class_weight: None, ``"balanced"`` (every class carries the same total weight:
+            class k's rows are weighted by ``W / (K W_k)``, ``W_k`` its total sample
+            weight), or a dict of label -> weight; multiplies ``sample_weight``.
 
     Attributes:
         classes_: labels in increasing order.
@@ -111,7 +114,7 @@ class OrdinalMixed(SavableMixin, OrdinalEstimator):
     _min_features = 0  # "rating ~ (1 | judge)": thresholds and group effects only
 
     def __init__(self, link="probit", tol=None, max_iter=100, max_inner=50, classes=None,
-                 n_draws=200, random_state=None):
+                 n_draws=200, random_state=None, class_weight=None):
         self.link = link
         self.tol = tol
         self.max_iter = max_iter
@@ -119,6 +122,7 @@ class OrdinalMixed(SavableMixin, OrdinalEstimator):
         self.classes = classes
         self.n_draws = n_draws
         self.random_state = random_state
+        self.class_weight = class_weight
 
     # ------------------------------------------------------------------ fitting
     @classmethod

@@ -72,6 +72,9 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         classes: the labels in increasing order (required for string labels).
         n_draws: posterior draws used for probability bands.
         random_state: seed (int) for the posterior draws.
+        class_weight: None, ``"balanced"`` (every class carries the same total weight:
+            class k's rows are weighted by ``W / (K W_k)``, ``W_k`` its total sample
+            weight), or a dict of label -> weight; multiplies ``sample_weight``.
 
     Attributes:
         classes_: labels in increasing order.
@@ -105,7 +108,7 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
 
     def __init__(self, thresholds="evidence", alpha=1.0, prior="gaussian", link="probit",
                  tol=None, max_iter=200, max_newton=100, classes=None, n_draws=200,
-                 random_state=None):
+                 random_state=None, class_weight=None):
         self.thresholds = thresholds
         self.alpha = alpha
         self.prior = prior
@@ -116,6 +119,7 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         self.classes = classes
         self.n_draws = n_draws
         self.random_state = random_state
+        self.class_weight = class_weight
 
     # ------------------------------------------------------------------ fitting
     @classmethod
