@@ -13,15 +13,17 @@ from bayesord._compile_cache import QUICK_OPTIONS  # noqa: E402
 
 # XLA:CPU's multi-threaded Eigen kernels can deadlock batched (vmap-ed) solver loops with
 # jax 0.10 on small machines; bayesord turns them off on import, and so do the tests.
-_USER_XLA_FLAGS = _EIGEN_OPTION
-# The default run spends most of its time compiling small problems, so it compiles for
-# speed of compilation with the options small probit fits use (QUICK_OPTIONS; that module
-# imports nothing of JAX's): no LLVM optimisation and XLA's older loop emitters halve the
-# compile time of a fit (7.7 s -> 3.9 s for the evidence-mode probit at n = 4,096), for
-# compiled code that runs about 3.5x slower (22 -> 76 ms for that fit) and results equal to
-# rounding.  The slow run (`-m slow`: long reference checks, larger problems, notebooks)
-# compiles as a user's session does.  XLA_FLAGS set by the caller are left alone.
-_FAST_COMPILE_XLA_FLAGS = " ".join([_USER_XLA_FLAGS] + [f"--{name}={str(value).lower()}"
+# Both runs spend most of their time compiling small problems, so they compile for speed of
+# compilation with the options small probit fits use (QUICK_OPTIONS; that module imports
+# nothing of JAX's): no LLVM optimisation and XLA's older loop emitters halve the compile
+# time of a fit (7.7 s -> 3.9 s for the evidence-mode probit at n = 4,096), for compiled code
+# that runs about 3.5x slower (22 -> 76 ms for that fit) and results equal to rounding.  The
+# slow run (`-m slow`) did compile as a user's session does, and took 30 minutes of CI's 20
+# (scikit-learn's checks of ISBOR alone compile for about 10); with the same options as the
+# default run it also loads the programs that run compiled into the shared cache.
+# XLA_FLAGS set by the caller are left alone (set `--xla_cpu_multi_thread_eigen=false` alone
+# to test as a user's session compiles).
+_FAST_COMPILE_XLA_FLAGS = " ".join([_EIGEN_OPTION] + [f"--{name}={str(value).lower()}"
                                                           for name, value in QUICK_OPTIONS.items()])
 # Each test run compiles into a new, empty cache folder of its own (or the one that
 # BAYESORD_COMPILE_CACHE names, as .ci/run does for both suites), made here in the main
@@ -71,8 +73,7 @@ def pytest_configure(config):
     """Choose the compile flags before anything compiles (and before pytest-xdist starts its
     workers, which inherit them)."""
     if not _CALLER_XLA_FLAGS:
-        slow_run = config.getoption("markexpr") == "slow"
-        os.environ["XLA_FLAGS"] = _USER_XLA_FLAGS if slow_run else _FAST_COMPILE_XLA_FLAGS
+        os.environ["XLA_FLAGS"] = _FAST_COMPILE_XLA_FLAGS
 
 
 def pytest_unconfigure(config):

@@ -47,11 +47,12 @@ def lines(capsys):
 
 def assert_same(a, b):
     """The same fit with and without progress: counts, flags and decisions exactly, floats to
-    rounding (the two are different programs, so the compiler may order a sum differently)."""
+    rounding (the two are different programs, so the compiler may order a sum differently;
+    through an iterative solver that reaches about 1e-11 relative)."""
     for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
         x, y = np.asarray(x), np.asarray(y)
         if np.issubdtype(x.dtype, np.floating):
-            np.testing.assert_allclose(x, y, rtol=1e-12, atol=1e-14)
+            np.testing.assert_allclose(x, y, rtol=1e-9, atol=1e-12)
         else:
             np.testing.assert_array_equal(x, y)
 
@@ -258,7 +259,7 @@ def test_tor_and_npsvor_estimators_verbose(capsys):
     loud = TransductiveOrdinalRegression(verbose=1, **kw).fit(X[~unl], y[~unl], X_unlabeled=X[unl])
     out = lines(capsys)
     np.testing.assert_array_equal(quiet.transduction_, loud.transduction_)
-    np.testing.assert_array_equal(quiet.w_, loud.w_)
+    np.testing.assert_allclose(quiet.w_, loud.w_, rtol=1e-12, atol=1e-14)  # programs differ
     assert len(out) == loud.n_retrains_ + 2 and out[-1].startswith("TOR done:")
     with pytest.raises(ValueError, match="verbose"):
         TransductiveOrdinalRegression(verbose="yes").fit(X[~unl], y[~unl], X_unlabeled=X[unl])
