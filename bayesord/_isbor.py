@@ -852,8 +852,9 @@ def predict_isbor(result: ISBORResult, X, *, kernel=None, degree=None, link=None
         result: a fitted :class:`ISBORResult`.
         X: new inputs (n, d), or for ``kernel="precomputed"`` their basis values against
             every training column, (n, N).
-        kernel, degree, link: read from ``result.config``; accepted for older code only
-            when they equal it.
+        kernel: read from ``result.config``; accepted for older code only when it equals it.
+        degree: likewise.
+        link: likewise.
 
     Returns:
         :class:`ISBORPrediction`.

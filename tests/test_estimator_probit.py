@@ -294,7 +294,7 @@ def test_marginal_effects_match_a_numpy_reference_and_follow_the_columns_units()
 
 def test_marginal_effects_at_one_row_and_after_save_load(tmp_path):
     X, y = _raw_design(200, seed=3)
-    model = OrdinalProbit().fit(X, y)
+    model = OrdinalProbit(thresholds="joint").fit(X, y)
     at = model.marginal_effects(X[:1])
     path = tmp_path / "m.npz"
     model.save(path)
@@ -313,15 +313,16 @@ def test_class_weight_balanced_equals_the_matching_sample_weights(tmp_path):
     y = np.digitize(X @ [1.0, -0.5] + rng.logistic(size=300), [-2.5, 1.5])  # rare outer classes
     sw = rng.uniform(0.5, 2.0, size=300)
     totals = np.bincount(y, weights=sw)
-    balanced = OrdinalProbit(class_weight="balanced").fit(X, y, sample_weight=sw)
-    manual = OrdinalProbit().fit(X, y, sample_weight=sw * (sw.sum() / (3 * totals))[y])
+    joint = dict(thresholds="joint")
+    balanced = OrdinalProbit(class_weight="balanced", **joint).fit(X, y, sample_weight=sw)
+    manual = OrdinalProbit(**joint).fit(X, y, sample_weight=sw * (sw.sum() / (3 * totals))[y])
     np.testing.assert_allclose(balanced.coef_, manual.coef_, rtol=1e-9)
     np.testing.assert_allclose(balanced.predict_proba(X[:5]), manual.predict_proba(X[:5]), rtol=1e-9)
     # The rare classes gain probability.
-    plain = OrdinalProbit().fit(X, y, sample_weight=sw)
+    plain = OrdinalProbit(**joint).fit(X, y, sample_weight=sw)
     assert balanced.predict_proba(X)[:, 0].mean() > plain.predict_proba(X)[:, 0].mean()
-    dicted = OrdinalProbit(class_weight={0: 3.0, 2: 0.5}).fit(X, y)
-    by_hand = OrdinalProbit().fit(X, y, sample_weight=np.array([3.0, 1.0, 0.5])[y])
+    dicted = OrdinalProbit(class_weight={0: 3.0, 2: 0.5}, **joint).fit(X, y)
+    by_hand = OrdinalProbit(**joint).fit(X, y, sample_weight=np.array([3.0, 1.0, 0.5])[y])
     np.testing.assert_allclose(dicted.coef_, by_hand.coef_, rtol=1e-9)
     # A dict whose keys JSON would turn into text is not saved silently changed.
     path = tmp_path / "m.npz"
