@@ -77,15 +77,15 @@ from ._laplace import joint_posterior, laplace_at, laplace_log_evidence, newton_
 from ._likelihood import (
     GH_NODES,
     GH_WEIGHTS,
-    LINKS,
     log_class_probs,
     log_predictive_probs,
     ordinal_loglik,
     ordinal_terms,
 )
 from ._linalg import chol_inverse, chol_solve
-from ._results import check_settings, result_type
+from ._links import check_link
 from ._progress import batch_label, emit
+from ._results import check_settings, result_type
 from ._status import Status
 from ._thresholds import initial_thresholds, params_from_thresholds, thresholds_from_params
 
@@ -148,8 +148,7 @@ class ISBORConfig:
 
     def __post_init__(self):
         check_kernel(self.kernel)
-        if self.link not in LINKS:
-            raise ValueError(f"link must be one of {LINKS}, got {self.link!r}")
+        check_link(self.link)
         if self.n_classes < 2:
             raise ValueError(f"n_classes must be at least 2, got {self.n_classes}")
         if self.capacity < self.n_classes:

@@ -56,8 +56,9 @@ import numpy as np
 
 from ._columns import center_and_scale
 from ._effects import average_marginal_effects
-from ._likelihood import LINKS, log_class_probs, log_predictive_probs, ordinal_ratios, terms_from_ratios
+from ._likelihood import log_class_probs, log_predictive_probs, ordinal_ratios, terms_from_ratios
 from ._linalg import safe_cholesky
+from ._links import check_link
 from ._results import result_type
 from ._status import Status
 from ._thresholds import initial_thresholds, thresholds_from_params, thresholds_jacobian
@@ -95,8 +96,7 @@ class MixedConfig:
     max_inner: int = 50
 
     def __post_init__(self):
-        if self.link not in LINKS:
-            raise ValueError(f"link must be one of {LINKS}, got {self.link!r}")
+        check_link(self.link)
         if self.n_classes < 2:
             raise ValueError(f"n_classes must be at least 2, got {self.n_classes}")
         if self.n_groups < 1:

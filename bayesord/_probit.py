@@ -71,8 +71,9 @@ from ._laplace import (
     map_weights,
     newton_map_joint,
 )
-from ._likelihood import LINKS, log_class_probs, log_predictive_probs, ordinal_terms
+from ._likelihood import log_class_probs, log_predictive_probs, ordinal_terms
 from ._linalg import chol_inverse, chol_logdet, chol_solve, safe_cholesky
+from ._links import check_link
 from ._results import check_settings, result_type
 from ._shapes import bucket_rows, pad_rows
 from ._status import Status
@@ -121,8 +122,7 @@ class ProbitConfig:
     max_outer: int = 200
 
     def __post_init__(self):
-        if self.link not in LINKS:
-            raise ValueError(f"link must be one of {LINKS}, got {self.link!r}")
+        check_link(self.link)
         if self.thresholds not in ("evidence", "joint"):
             raise ValueError(f"thresholds must be 'evidence' or 'joint', got {self.thresholds!r}")
         if self.prior not in ("gaussian", "ard"):

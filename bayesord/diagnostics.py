@@ -698,7 +698,8 @@ def plot_relevance_vectors(X, y, indices, ax=None, regions=True, resolution=150)
     y = np.asarray(y)
     if y.shape != (X.shape[0],):
         raise ValueError(f"y must have shape ({X.shape[0]},), got {y.shape}")
-    model = None if isinstance(indices, ISBORResult) or _isbor_result(indices) is None else indices
+    res = _isbor_result(indices)
+    model = indices if res is not None and res is not indices else None  # a fitted estimator
     fit = _sparse_fit(indices)
     idx = fit[0] if fit is not None else np.asarray(indices, dtype=np.int64)
     if idx.size and (idx.min() < 0 or idx.max() >= X.shape[0]):

@@ -31,9 +31,9 @@ from .._validation import (
 )
 from ._formula import formula_rows
 
-__all__ = ["OrdinalEstimator", "SavableMixin", "SnapshotSavableMixin", "class_from_proba", "fresh_fit",
-           "posterior_table", "read_model_file", "reset_fitted", "set_input_transform", "solver_tol",
-           "threshold_names"]
+__all__ = ["OrdinalEstimator", "SavableMixin", "SnapshotSavableMixin", "binary_columns", "class_from_proba",
+           "fresh_fit", "marginal_effects_table", "posterior_table", "read_model_file", "reset_fitted",
+           "set_input_transform", "solver_tol", "threshold_names"]
 
 
 class OrdinalEstimator(BaseEstimator):
@@ -281,6 +281,25 @@ def posterior_table(index, mean, sd, level, **columns):
     lo, hi = f"{100 * (1 - level) / 2:g}%", f"{100 * (1 + level) / 2:g}%"
     return pd.DataFrame({"mean": mean, "sd": sd, lo: mean - z * sd, hi: mean + z * sd, **columns},
                         index=index)
+
+
+def binary_columns(X) -> np.ndarray:
+    """Which columns of the training rows hold only 0 and 1 (dummies such as
+    ``temp[T.warm]``): their marginal effect is the change from 0 to 1, not a slope."""
+    return np.all((X == 0) | (X == 1), axis=0)
+
+
+def marginal_effects_table(effect, sd, terms, classes, binary, level):
+    """The table of ``marginal_effects``: rows (term, outcome) with outcome ``P(y=<class>)``
+    or ``E[class]``; columns ``kind`` ("change 0->1" or "slope"), then :func:`posterior_table`'s."""
+    import pandas as pd
+
+    outcomes = [f"P(y={c})" for c in classes] + ["E[class]"]
+    index = pd.MultiIndex.from_product([list(terms), outcomes], names=["term", "outcome"])
+    table = posterior_table(index, np.asarray(effect, np.float64).ravel(), np.asarray(sd, np.float64).ravel(),
+                            level)
+    table.insert(0, "kind", np.repeat(np.where(binary, "change 0->1", "slope"), len(outcomes)))
+    return table
 
 
 def reset_fitted(est) -> None:

@@ -166,7 +166,7 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         config = self._config(n, cand.shape[0], n_classes, Xj.dtype)
         res = self._solver(Xj, yj, swj, cand, key, theta, self.min_delta, config)
         check_status(int(res.status), self._solver_name)
-        self._store(res, config)
+        self._store(res)
         return self
 
     def _candidates(self, X, sw, key):
@@ -282,9 +282,9 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
             scores.append(elpd if np.isfinite(elpd) else -np.inf)
         return np.asarray(scores)
 
-    def _store(self, res, config):
+    def _store(self, res):
         self.result_ = jax.tree_util.tree_map(np.asarray, res)
-        self._config_ = config
+        config = res.config
         mask = np.asarray(res.mask)
         idx = np.asarray(res.relevance_index)[mask]
         self.relevance_indices_ = idx
@@ -329,7 +329,7 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
     def _saved_state(self):
         scores = getattr(self, "theta_grid_scores_", None)
         return ({f"result.{k}": v for k, v in self.result_._asdict().items()},
-                {"config": dataclasses.asdict(self._config_),
+                {"config": dataclasses.asdict(self.result_.config),
                  "theta_grid_scores": None if scores is None else np.asarray(scores).tolist()})
 
     def _restore(self, arrays, meta):
@@ -339,7 +339,7 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         self._check_shapes(("result.center", res.center, (d,)), ("result.scale", res.scale, (d,)),
                            ("result.chol", res.chol, (m, m)), ("result.cross_cov", res.cross_cov, (m, k1)),
                            ("result.thresholds_cov", res.thresholds_cov, (k1, k1)))
-        self._store(res, config)
+        self._store(res)
         if meta["theta_grid_scores"] is not None:
             self.theta_grid_scores_ = np.asarray(meta["theta_grid_scores"], dtype=float)
 
@@ -399,7 +399,7 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         z = norm.ppf((np.arange(n_nodes) + 0.5) / n_nodes)
         f = np.asarray(p.latent_mean)[:, None] + np.sqrt(np.asarray(p.weight_var))[:, None] * z[None, :]
         log_p = log_class_probs(jnp.asarray(f.reshape(-1)), jnp.full(f.size, res.sigma, f.dtype),
-                                jnp.asarray(res.b, f.dtype), self._config_.link)
+                                jnp.asarray(res.b, f.dtype), res.config.link)
         draws = np.exp(np.asarray(log_p)).reshape(f.shape + (len(self.classes_),))
         lower, upper = np.quantile(draws, [(1 - level) / 2, (1 + level) / 2], axis=1)
         return (np.clip(lower, 0.0, 1.0), np.clip(upper, 0.0, 1.0), np.asarray(p.proba_std))

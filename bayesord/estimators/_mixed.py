@@ -22,8 +22,10 @@ from .._validation import float_dtype
 from ._base import (
     OrdinalEstimator,
     SavableMixin,
+    binary_columns,
     class_from_proba,
     fresh_fit,
+    marginal_effects_table,
     posterior_table,
     solver_tol,
     threshold_names,
@@ -207,7 +209,7 @@ class OrdinalMixed(SavableMixin, OrdinalEstimator):
         res = dataclasses.replace(res, effects=res.effects[:q], effects_cond_var=res.effects_cond_var[:q],
                                 effects_var=res.effects_var[:q], effects_cross=res.effects_cross[:q])
         self.groups_ = np.asarray(levels.tolist())  # numbers or text, as an ordinary dtype
-        self.binary_columns_ = np.all((X[:n] == 0) | (X[:n] == 1), axis=0)
+        self.binary_columns_ = binary_columns(X[:n])
         self._set_result(res)
         self.formula_ = None
         self.group_name_ = None
@@ -354,19 +356,11 @@ class OrdinalMixed(SavableMixin, OrdinalEstimator):
             pandas DataFrame indexed by (term, outcome): outcome is ``P(y=<class>)`` or
             ``E[class]``.
         """
-        import pandas as pd
-
         X, codes = self._inputs(X, groups)
         if X.shape[1] == 0:
             raise ValueError("the model has no columns, so no marginal effects")
         effect, sd = marginal_effects_mixed(self._result(), X, codes, self.binary_columns_)
-        outcomes = [f"P(y={c})" for c in self.classes_] + ["E[class]"]
-        index = pd.MultiIndex.from_product([self._coef_names(), outcomes], names=["term", "outcome"])
-        table = posterior_table(index, np.asarray(effect, np.float64).ravel(),
-                                np.asarray(sd, np.float64).ravel(), level)
-        table.insert(0, "kind", np.repeat(np.where(self.binary_columns_, "change 0->1", "slope"),
-                                          len(outcomes)))
-        return table
+        return marginal_effects_table(effect, sd, self._coef_names(), self.classes_, self.binary_columns_, level)
 
     # ------------------------------------------------------------ persistence
     def _saved_state(self):

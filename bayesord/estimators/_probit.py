@@ -6,6 +6,8 @@ import jax
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
+from .. import diagnostics
+from .._compile_cache import program_for_rows
 from .._probit import (
     ProbitConfig,
     ProbitResult,
@@ -15,16 +17,16 @@ from .._probit import (
     marginal_effects_probit,
     thresholds_at_zero,
 )
-from .. import diagnostics
-from .._compile_cache import program_for_rows
 from .._shapes import bucket_rows, pad_rows
 from .._status import check_status, warn_user
 from .._validation import dependent_columns, float_dtype
 from ._base import (
     OrdinalEstimator,
     SavableMixin,
+    binary_columns,
     class_from_proba,
     fresh_fit,
+    marginal_effects_table,
     posterior_table,
     solver_tol,
     threshold_names,
@@ -192,7 +194,7 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         config = self._config()
         self._spec = None  # a formula's coding applies to the fit from_formula makes only
         X, codes, sw = self._validate_fit(X, y, sample_weight, classes)
-        self.binary_columns_ = np.all((X == 0) | (X == 1), axis=0)
+        self.binary_columns_ = binary_columns(X)
         alpha = self._alpha(X.shape[1])
         dtype = float_dtype()
         tol = solver_tol(self.tol, dtype)
@@ -338,19 +340,11 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
             ``E[class]``; columns ``kind`` ("change 0->1" or "slope"), mean, sd and the
             interval.
         """
-        import pandas as pd
-
         X = self._validate_predict(X)
-        binary = np.asarray(self.binary_columns_, bool)
         res = jax.tree_util.tree_map(lambda a: np.asarray(a, float_dtype()), self.result_)
-        effect, sd = marginal_effects_probit(res, X.astype(float_dtype()), binary)
+        effect, sd = marginal_effects_probit(res, X.astype(float_dtype()), self.binary_columns_)
         names = self.posterior_result()[1]["feature_names"]
-        outcomes = [f"P(y={c})" for c in self.classes_] + ["E[class]"]
-        index = pd.MultiIndex.from_product([names, outcomes], names=["term", "outcome"])
-        table = posterior_table(index, np.asarray(effect, np.float64).ravel(), np.asarray(sd, np.float64).ravel(),
-                                level)
-        table.insert(0, "kind", np.repeat(np.where(binary, "change 0->1", "slope"), len(outcomes)))
-        return table
+        return marginal_effects_table(effect, sd, names, self.classes_, self.binary_columns_, level)
 
     # ------------------------------------------------------------ persistence
     def _saved_state(self):
