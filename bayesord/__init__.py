@@ -47,7 +47,7 @@ _EXPORTS = {
     "._rankpairs": ("RankPairsConfig", "RankPairsResult", "fit_rankpairs_kernel", "fit_rankpairs_linear",
                     "swapped_pairs_rate"),
     "._redsvm": ("RedSVMConfig", "RedSVMResult", "fit_redsvm"),
-    "._status": ("Status",),
+    "._status": ("OneClassWarning", "Status"),
     "._tor": ("TORConfig", "TORResult", "fit_tor"),
     "._validation": ("ColumnScaleWarning",),
     ".diagnostics": ("to_inference_data",),
@@ -111,7 +111,7 @@ if TYPE_CHECKING:
         swapped_pairs_rate,
     )
     from ._redsvm import RedSVMConfig, RedSVMResult, fit_redsvm
-    from ._status import Status
+    from ._status import OneClassWarning, Status
     from ._tor import TORConfig, TORResult, fit_tor
     from ._validation import ColumnScaleWarning
     from .diagnostics import to_inference_data

@@ -19,14 +19,19 @@ N is so large that scoring every training point as a centre is too slow.
 
 from __future__ import annotations
 
+import numbers
 from functools import partial
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+import scipy.sparse as sp
 
 __all__ = [
     "KERNELS",
     "check_kernel",
+    "check_gamma",
+    "resolve_gamma",
     "sq_dists",
     "kernel_matrix",
     "candidate_columns",
@@ -41,6 +46,41 @@ def check_kernel(kernel: str) -> None:
     """Raise ``ValueError`` for an unknown kernel name."""
     if kernel not in KERNELS:
         raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
+
+
+def check_gamma(gamma) -> None:
+    """Raise ``ValueError`` unless ``gamma`` is a positive finite number, ``"scale"`` or None."""
+    if gamma is None or (isinstance(gamma, str) and gamma == "scale"):
+        return
+    if isinstance(gamma, (str, bool)) or not isinstance(gamma, numbers.Real) \
+            or not np.isfinite(gamma) or gamma <= 0:
+        raise ValueError(f"gamma must be a positive number, 'scale' or None, got {gamma!r}")
+
+
+def resolve_gamma(gamma, X) -> float:
+    """The width ``g`` of the RBF kernel ``exp(-g ||x - x'||^2)`` fitted on inputs ``X``.
+
+    ``"scale"``: ``g = 1 / (d Var(X))``, the variance taken over every entry of ``X``
+    (dense or sparse), as scikit-learn's ``SVC(gamma="scale")``; 1 when that variance is 0.
+    Two rows whose columns are independent with a common variance ``v`` lie a squared
+    distance of about ``2 d v`` apart, so this puts the kernel between typical rows near
+    ``e^-2`` whatever the dimension and the units; an absolute width does not (on
+    standardised columns a width of 1 makes the kernel matrix nearly the identity once d is
+    about 10).  None: ``1 / d`` (the same on standardised columns).  A number is used as
+    given.  Host-side: call it once at fit and keep the value for prediction.
+    """
+    check_gamma(gamma)
+    d = X.shape[1]
+    if gamma is None:
+        return 1.0 / d
+    if gamma == "scale":
+        if sp.issparse(X):
+            mean = X.sum() / (X.shape[0] * d)
+            var = X.multiply(X).sum() / (X.shape[0] * d) - mean**2
+        else:
+            var = np.var(np.asarray(X, dtype=np.float64))
+        return float(1.0 / (d * var)) if var > 0 else 1.0
+    return float(gamma)
 
 
 def sq_dists(X, C):

@@ -14,7 +14,11 @@ import warnings
 
 from sklearn.exceptions import ConvergenceWarning
 
-__all__ = ["Status", "status_message", "check_status", "warn_user"]
+__all__ = ["OneClassWarning", "Status", "status_message", "check_status", "warn_user"]
+
+
+class OneClassWarning(UserWarning):
+    """A fitted model predicts one class for every training row whose labels hold several."""
 
 
 class Status(enum.IntEnum):

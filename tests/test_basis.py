@@ -5,7 +5,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bayesord._basis import candidate_columns, check_kernel, kernel_matrix, kmeanspp_indices, sq_dists
+from bayesord._basis import (
+    candidate_columns,
+    check_gamma,
+    check_kernel,
+    kernel_matrix,
+    kmeanspp_indices,
+    resolve_gamma,
+    sq_dists,
+)
 
 
 @pytest.fixture
@@ -50,3 +58,27 @@ def test_kmeanspp_distinct_and_spread():
     assert sorted((idx // 30).tolist()) == [0, 1, 2]
     idx = np.asarray(kmeanspp_indices(jnp.asarray(X), jax.random.PRNGKey(3), 90))
     assert sorted(idx.tolist()) == list(range(90))
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_gamma_scale_is_scikit_learns_svc_rule_on_raw_columns(sparse):
+    """``gamma="scale"`` against scikit-learn's own: ``SVC(gamma="scale")._gamma`` after a
+    fit on the same raw columns (means far from 0, mixed scales, half the entries zero)."""
+    import scipy.sparse as sp
+    from sklearn.svm import SVC
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(40, 4)) * np.array([1.0, 30.0, 0.01, 5.0]) + np.array([0.0, 500.0, 0.0, -2.0])
+    X[rng.random(X.shape) < 0.5] = 0.0
+    y = np.arange(40) % 2
+    ref = SVC(gamma="scale").fit(X, y)._gamma
+    given = sp.csr_matrix(X) if sparse else X
+    assert resolve_gamma("scale", given) == pytest.approx(ref, rel=1e-12)
+    assert resolve_gamma(None, given) == 0.25 and resolve_gamma(0.3, given) == 0.3
+    assert resolve_gamma("scale", np.ones((5, 2))) == 1.0  # no spread: scikit-learn's 1
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf"), "auto", True, [1.0]])
+def test_gamma_must_be_positive_scale_or_none(bad):
+    with pytest.raises(ValueError, match="gamma must be"):
+        check_gamma(bad)

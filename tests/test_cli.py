@@ -499,8 +499,9 @@ def test_raw_columns_get_one_warning_line_and_a_failed_fit_says_what_to_try(tmp_
     assert main(["fit", str(data), "--out", str(tmp_path / "m.npz"), "--model", "npsvor", "--quiet",
                  "--no-standardize", "--param", "max_iter=3"]) == 0
     lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 2 and all(line.startswith("bayesord fit: warning: ") for line in lines)
-    scale, converge = lines
+    assert len(lines) == 3 and all(line.startswith("bayesord fit: warning: ") for line in lines)
+    scale, one_class, converge = lines
+    assert "NPSVOR predicts " in one_class and "training rows, whose labels hold 3 classes" in one_class
     assert "NPSVOR: columns whose mean is more than 1000 standard deviations from zero" in scale
     assert "'b'" in scale and "StandardScaler" in scale
     assert "NPSVOR: stopped at the iteration cap" in converge

@@ -17,11 +17,14 @@ from bayesord import (
     OrdinalProbit,
     PRank,
     RedSVM,
+    OneClassWarning,
+    OrdinalMixed,
     SwappedPairsSVM,
     TransductiveOrdinalRegression,
     load_model,
 )
 from bayesord.datasets import make_ordinal_probit
+from bayesord.estimators._base import warn_if_one_class
 
 X0, Y0, _ = make_ordinal_probit(60, 2, 3, seed=11)
 
@@ -74,6 +77,81 @@ def test_warnings_point_at_the_callers_line():
     with pytest.warns(ConvergenceWarning, match="iteration cap") as caught:
         ISBOR(theta=1.0, capacity=16, max_iter=2, random_state=0).fit(X0, Y0)
     assert caught[0].filename == __file__
+
+
+def _one_class(est, X, *groups):
+    return np.full(X.shape[0], est.classes_[1])
+
+
+@pytest.mark.parametrize("est", [clone(e) for e, _ in CASES if type(e) is not SBOR],
+                         ids=[type(e).__name__ for e, _ in CASES if type(e) is not SBOR])
+def test_a_fit_that_predicts_one_class_for_every_training_row_warns(est, monkeypatch):
+    """No silent degenerate model: every estimator's ``fit`` (each with its own signature)
+    checks its predictions on its training rows.  ``predict`` is replaced by one that
+    answers the middle class, so the check itself is what is tested here; the real
+    degenerate fits are in the next test."""
+    monkeypatch.setattr(type(est), "predict", _one_class)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est.fit(X0, Y0)
+    one = [str(w.message) for w in caught if issubclass(w.category, OneClassWarning)]
+    assert len(one) == 1, one
+    assert one[0].startswith(f"{type(est).__name__} predicts {est.classes_[1]} for every one of its 60 "
+                             "training rows, whose labels hold 3 classes")
+
+
+def test_the_one_class_check_of_a_mixed_model_predicts_with_the_groups(monkeypatch):
+    monkeypatch.setattr(OrdinalMixed, "predict", _one_class)
+    with pytest.warns(OneClassWarning, match="OrdinalMixed predicts 2 for every one of its 60"):
+        OrdinalMixed().fit(X0, Y0, np.arange(60) % 6)
+
+
+class _Stub:
+    classes_ = np.array([0, 1, 2])
+    _one_class_hint = "hint"
+
+    def predict(self, X):
+        return np.where(np.asarray(X)[:, 0] > 0, 2, 1)
+
+
+@pytest.mark.parametrize("args, warns", [
+    ({"y": [1, 1, 2, 0]}, False),                                   # two classes predicted
+    ({"y": [1, 1, 2, 0], "sample_weight": [1, 1, 0, 1]}, True),     # the 2 has no weight
+    ({"y": [1, 1, 2, 0], "unlabeled_mask": [0, 0, 1, 0]}, True),    # the 2 is unlabelled
+    ({"y": [1, 1, 2, 1], "sample_weight": [1, 1, 0, 1]}, False),    # one class left: nothing to say
+])
+def test_the_one_class_check_counts_labelled_rows_of_positive_weight(args, warns):
+    X = np.array([[-1.0], [-2.0], [3.0], [-1.0]])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warn_if_one_class(_Stub(), {"X": X, **args})
+    assert [issubclass(w.category, OneClassWarning) for w in caught] == ([True] if warns else [])
+
+
+def test_a_margin_model_that_finds_no_signal_says_so():
+    """A real degenerate fit: labels unrelated to the columns and C = 1e-4, so the margin term
+    of RED-SVM outweighs the loss and the fit puts every training row in one class (not
+    even the commonest).  On informative columns the default fit does not warn."""
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(80, 2)), rng.integers(0, 3, 80)
+    y[:40] = 1
+    with pytest.warns(OneClassWarning, match="RedSVM predicts 2 .* 3 classes.* larger C"):
+        RedSVM(C=1e-4).fit(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", OneClassWarning)
+        RedSVM().fit(X0, Y0)
+
+
+@pytest.mark.parametrize("make", [lambda: RedSVM(kernel="rbf"), lambda: CuSumRank(kernel="rbf", random_state=0),
+                                  lambda: SwappedPairsSVM(kernel="rbf")],
+                         ids=["RedSVM", "CuSumRank", "SwappedPairsSVM"])
+def test_the_default_kernel_width_follows_the_units_of_the_columns(make):
+    """``gamma="scale"``, the default of every RBF margin model: the same columns in units
+    1000 times smaller give the same model (the width scales by 1e-6).  An absolute width
+    (1/d or 1, the earlier defaults) makes such columns' kernel matrix the identity."""
+    a, b = make().fit(X0, Y0), make().fit(X0 * 1000, Y0)
+    np.testing.assert_array_equal(a.predict(X0), b.predict(X0 * 1000))
+    np.testing.assert_allclose(a.decision_function(X0), b.decision_function(X0 * 1000), rtol=1e-6, atol=1e-8)
 
 
 # The nine estimators, the Bayesian three (10-50 s of fits and compilation each in the tests

@@ -8,6 +8,7 @@ Estimators hold no numerics.  Each one validates input here, calls a functional
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import os
 import zipfile
@@ -19,7 +20,7 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
-from .._status import warn_user
+from .._status import OneClassWarning, warn_user
 from .._validation import (
     ColumnScaleWarning,
     check_sample_weight,
@@ -31,9 +32,9 @@ from .._validation import (
 )
 from ._formula import formula_rows
 
-__all__ = ["OrdinalEstimator", "SavableMixin", "SnapshotSavableMixin", "binary_columns", "class_from_proba",
-           "fresh_fit", "marginal_effects_table", "posterior_table", "read_model_file", "reset_fitted",
-           "set_input_transform", "solver_tol", "threshold_names"]
+__all__ = ["BAYES_ONE_CLASS_HINT", "OrdinalEstimator", "SavableMixin", "SnapshotSavableMixin", "binary_columns",
+           "class_from_proba", "fresh_fit", "marginal_effects_table", "posterior_table", "read_model_file",
+           "reset_fitted", "set_input_transform", "solver_tol", "threshold_names", "warn_if_one_class"]
 
 
 class OrdinalEstimator(BaseEstimator):
@@ -53,6 +54,9 @@ class OrdinalEstimator(BaseEstimator):
       exceeds 10^3.  Constant columns are left out of both checks, and models that
       standardise their columns themselves (``_scale_sensitive = False``: the Bayesian
       models) are not checked.  A kernel matrix has no feature columns to check.
+    * A fit that predicts one class for every training row whose labels hold several warns
+      (:class:`bayesord.OneClassWarning`, with ``_one_class_hint``): no silent degenerate
+      model.
     * A model made by ``bayesord fit`` carries the standardisation the command applied,
       ``input_center_`` and ``input_scale_`` (d,), and :meth:`_validate_predict` applies it
       to raw rows.  An estimator fitted in Python never has them.
@@ -70,6 +74,10 @@ class OrdinalEstimator(BaseEstimator):
     _min_features = 1
     # How many thresholds_ a fitted model has beyond K - 1 (one per class: K).
     _extra_thresholds = 0
+    # What to try when a fit predicts one class for every training row (warn_if_one_class).
+    _one_class_hint = ("Standardise the columns, and try a weaker penalty (a larger C) or, for a "
+                       "kernel, a width on the data's scale (gamma='scale'); a fit that stopped early "
+                       "(converged_ False) can do this too.")
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -311,18 +319,55 @@ def reset_fitted(est) -> None:
 def fresh_fit(fit):
     """Decorate a ``fit`` method: it starts from an unfitted estimator (nothing of an earlier
     fit survives, such as ``cv_results_`` after a refit with a fixed C) and, when it raises,
-    leaves the estimator unfitted rather than holding a new ``classes_`` beside an old model."""
+    leaves the estimator unfitted rather than holding a new ``classes_`` beside an old model.
+    A fit that succeeds is checked by :func:`warn_if_one_class`."""
+    signature = inspect.signature(fit)
 
     @functools.wraps(fit)
     def wrapper(self, *args, **kwargs):
         reset_fitted(self)
         try:
-            return fit(self, *args, **kwargs)
+            out = fit(self, *args, **kwargs)
         except BaseException:
             reset_fitted(self)
             raise
+        warn_if_one_class(self, signature.bind(self, *args, **kwargs).arguments)
+        return out
 
     return wrapper
+
+
+# The hint of the Bayesian models, whose prior shrinks effects the evidence does not support.
+BAYES_ONE_CLASS_HINT = ("Either the columns carry no signal this model can use (its predict_proba "
+                        "still spreads over the classes and says how unsure it is), or a signal that "
+                        "is not monotone in them: a kernel model (ISBOR) can use that.")
+
+
+def warn_if_one_class(est, fit_args) -> None:
+    """Warn (:class:`~bayesord._status.OneClassWarning`) when the fitted ``est`` predicts one
+    class for every labelled training row of positive weight although their labels hold
+    several: a model that found no ordinal signal at its settings, which would otherwise
+    pass silently for a fit (its test accuracy is the share of that class).
+
+    ``fit_args`` are the arguments ``fit`` was called with (``X``, ``y`` and, where the
+    estimator has them, ``sample_weight``, ``groups``, ``unlabeled_mask``).
+    """
+    X, y = fit_args["X"], fit_args["y"]
+    n = X.shape[0] if hasattr(X, "shape") else len(X)
+    keep = np.ones(n, dtype=bool)
+    if fit_args.get("sample_weight") is not None:
+        keep &= np.asarray(fit_args["sample_weight"], dtype=float) > 0
+    if fit_args.get("unlabeled_mask") is not None:
+        keep &= ~np.asarray(fit_args["unlabeled_mask"], dtype=bool)
+    labels = np.asarray(_labels_1d(y, n))[keep]
+    if np.unique(labels).size < 2:
+        return
+    pred = np.asarray(est.predict(X, fit_args["groups"]) if "groups" in fit_args else est.predict(X))[keep]
+    if np.unique(pred).size == 1:
+        label = pred[0].item() if isinstance(pred[0], np.generic) else pred[0]
+        warn_user(f"{type(est).__name__} predicts {label!r} for every one of its {pred.size} training "
+                  f"rows, whose labels hold {np.unique(labels).size} classes: at these settings it found "
+                  f"no ordinal signal. {est._one_class_hint}", OneClassWarning)
 
 
 # ---------------------------------------------------------------- persistence

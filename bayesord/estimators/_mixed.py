@@ -20,6 +20,7 @@ from .._shapes import bucket_rows, pad_rows
 from .._status import check_status
 from .._validation import float_dtype
 from ._base import (
+    BAYES_ONE_CLASS_HINT,
     OrdinalEstimator,
     SavableMixin,
     binary_columns,
@@ -112,6 +113,7 @@ class OrdinalMixed(SavableMixin, OrdinalEstimator):
 
     _format = "bayesord.OrdinalMixed/1"
     _scale_sensitive = False  # the fit standardises the columns itself
+    _one_class_hint = BAYES_ONE_CLASS_HINT
     _zero_weight_drops_row = True
     _min_features = 0  # "rating ~ (1 | judge)": thresholds and group effects only
 

@@ -16,6 +16,7 @@ import scipy.sparse as sp
 from sklearn.utils.validation import check_is_fitted
 
 from .. import _perceptron as core
+from .._basis import check_gamma, resolve_gamma
 from .._sparse import as_rows
 from .._status import check_status
 from .._validation import check_sample_weight, float_dtype
@@ -51,7 +52,7 @@ class _StructuredPerceptron(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstima
         if not np.isfinite(self.margin) or self.margin < 0:
             raise ValueError(f"margin must be a finite number >= 0, got {self.margin!r}")
 
-    def _hyper(self, dtype, n_features):
+    def _hyper(self, dtype, X):
         return core.make_hyper(dtype, margin=self.margin)
 
     def _config(self, n_classes, *, n_epochs=None, shuffle=None, stop=None):
@@ -105,7 +106,7 @@ class _StructuredPerceptron(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstima
             raise TypeError(f"kernel={self._kernel()!r} needs dense X; sparse input works with kernel='linear'")
         dtype = float_dtype()
         cfg = self._config(len(self.classes_))
-        hyper = self._hyper(dtype, X.shape[1])
+        hyper = self._hyper(dtype, X)
         key = self._key()
         if self._kernel() == "linear":
             rows = as_rows(X, dtype)
@@ -161,7 +162,7 @@ class _StructuredPerceptron(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstima
             sw = check_sample_weight(sample_weight, X.shape[0])
             state = self._state_
         cfg = self._config(len(self.classes_), n_epochs=1, shuffle=False, stop=False)
-        hyper = self._hyper(dtype, X.shape[1])
+        hyper = self._hyper(dtype, X)
         res = core.fit_perceptron(as_rows(X, dtype), codes, cfg, sample_weight=sw,
                                   key=jax.random.PRNGKey(0), hyper=hyper, state=state)
         self._state_ = res.state
@@ -223,7 +224,8 @@ class CuSumRank(_StructuredPerceptron):
         margin: loss-augmented training, y_hat = argmax_k s(x, k) + margin |y - k| (0: off).
         delta: the passive-aggressive target margin (> 0); ignored by the perceptron.
         kernel: "linear" (primal, dense or sparse X), "rbf" or "poly" (dual, dense X).
-        gamma: kernel scale; None means 1 / n_features.
+        gamma: kernel scale: ``"scale"`` (default) is ``1 / (n_features Var(X))`` on the
+            training inputs, as scikit-learn's SVC; None is ``1 / n_features``; or a number.
         degree: degree of the polynomial kernel (gamma x.x' + coef0)^degree.
         coef0: constant of the polynomial kernel.
         fit_intercept: add the constant attribute x_d = -1 (learned thresholds).
@@ -260,7 +262,7 @@ class CuSumRank(_StructuredPerceptron):
     _format = "bayesord.CuSumRank/1"
 
     def __init__(self, algorithm="perceptron", averaged=True, margin=0.0, delta=1.0,
-                 kernel="linear", gamma=None, degree=3, coef0=1.0, fit_intercept=True,
+                 kernel="linear", gamma="scale", degree=3, coef0=1.0, fit_intercept=True,
                  max_epochs=10, shuffle=True, stop_if_separated=False, classes=None, random_state=None):
         self.algorithm = algorithm
         self.averaged = averaged
@@ -294,13 +296,12 @@ class CuSumRank(_StructuredPerceptron):
             raise ValueError(f"kernel must be 'linear', 'rbf' or 'poly', got {self.kernel!r}")
         if self.algorithm == "pa" and not (np.isfinite(self.delta) and self.delta > 0):
             raise ValueError(f"delta must be > 0 for the passive-aggressive algorithm, got {self.delta!r}")
-        if self.gamma is not None and not (np.isfinite(self.gamma) and self.gamma > 0):
-            raise ValueError(f"gamma must be > 0 (or None for 1/n_features), got {self.gamma!r}")
+        check_gamma(self.gamma)
         if self.kernel == "poly" and not (np.isfinite(self.degree) and self.degree > 0):
             raise ValueError(f"degree must be > 0, got {self.degree!r}")
 
-    def _hyper(self, dtype, n_features):
-        gamma = 1.0 / n_features if self.gamma is None else self.gamma
+    def _hyper(self, dtype, X):
+        gamma = resolve_gamma(self.gamma, X) if self._kernel() != "linear" else 1.0
         return core.make_hyper(dtype, delta=self.delta, margin=self.margin, gamma=gamma,
                                coef0=self.coef0, degree=float(self.degree))
 

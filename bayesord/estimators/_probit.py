@@ -21,6 +21,7 @@ from .._shapes import bucket_rows, pad_rows
 from .._status import check_status, warn_user
 from .._validation import dependent_columns, float_dtype
 from ._base import (
+    BAYES_ONE_CLASS_HINT,
     OrdinalEstimator,
     SavableMixin,
     binary_columns,
@@ -106,6 +107,7 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
 
     _format = "bayesord.OrdinalProbit/2"
     _scale_sensitive = False  # the fit standardises the columns itself
+    _one_class_hint = BAYES_ONE_CLASS_HINT
     _zero_weight_drops_row = True  # weighted sums throughout, the column moments included
 
     def __init__(self, thresholds="evidence", alpha=1.0, prior="gaussian", link="probit",

@@ -21,7 +21,8 @@ from .._rankpairs import (
     sample_pairs,
     swapped_pairs_rate,
 )
-from .._status import check_status
+from .._basis import check_gamma, resolve_gamma
+from .._status import Status, check_status
 from .._validation import check_sample_weight, float_dtype
 from ._base import OrdinalEstimator, SnapshotSavableMixin, fresh_fit
 from ._proba_layer import ProbaLayerMixin
@@ -42,14 +43,19 @@ class SwappedPairsSVM(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
             so C = 100 here matches C = 1 of SVM-perf (which counts the loss in percent);
             10–1000 suits standardised features.
         kernel: ``"linear"`` (dense or CSR input) or ``"rbf"`` (Gaussian, dense input).
-        gamma: Gaussian width g in exp(−g‖x − x'‖²) (> 0; ``kernel="rbf"`` only).
+        gamma: Gaussian width g in exp(−g‖x − x'‖²) (``kernel="rbf"`` only): ``"scale"``
+            (default) is ``1 / (n_features Var(X))`` on the training inputs, as
+            scikit-learn's SVC; None is ``1 / n_features``; or a positive number.
         epsilon: cutting-plane tolerance ε on the loss, a share of pairs (> 0).
         pairs: ``"all"`` (every pair with different ranks, the method of the paper) or
             ``"herbrich"`` (Herbrich's pairwise SVM on ``n_partners`` random partners of a
             different rank per row: the Herbrich₅ baseline).
         n_partners: partners per row for ``pairs="herbrich"``.
-        capacity: working-set slots (the trivial constraint included); when all are
-            active the fit stops with a ConvergenceWarning.
+        capacity: working-set slots (the trivial constraint included).  ``"auto"``
+            (default): start with 100 and, when every slot holds an active constraint, fit
+            again with twice as many, up to 3,200 (``capacity_`` is the size used); a fit
+            still full at 3,200, or one given a number of slots that it fills, warns
+            (ConvergenceWarning).
         max_iter: cap on cutting-plane iterations.
         counting: ``"auto"``, ``"classes"`` (O(n log n + n r)) or ``"bits"``
             (O(n log n ⌈log₂ r⌉)): how violated pairs are counted.
@@ -86,8 +92,8 @@ class SwappedPairsSVM(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
     # Exact sample weights (a pair weighs the product of its rows'): a weighted refit is a draw.
     _bootstrap_params = ("coef_", "thresholds_")
 
-    def __init__(self, C=100.0, kernel="linear", gamma=1.0, epsilon=1e-3, pairs="all", n_partners=5,
-                 capacity=100, max_iter=1000, counting="auto", kernel_approx="auto", n_components=500,
+    def __init__(self, C=100.0, kernel="linear", gamma="scale", epsilon=1e-3, pairs="all", n_partners=5,
+                 capacity="auto", max_iter=1000, counting="auto", kernel_approx="auto", n_components=500,
                  exact_max_samples=5000, classes=None, random_state=None):
         self.C = C
         self.kernel = kernel
@@ -105,7 +111,8 @@ class SwappedPairsSVM(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
         self.random_state = random_state
 
     def _check_params(self):
-        for name in ("C", "epsilon") + (("gamma",) if self.kernel == "rbf" else ()):
+        check_gamma(self.gamma)
+        for name in ("C", "epsilon"):
             v = getattr(self, name)
             if not isinstance(v, numbers.Real) or isinstance(v, bool) or not np.isfinite(v) or v <= 0:
                 raise ValueError(f"{name} must be a positive finite number, got {v!r}")
@@ -117,6 +124,8 @@ class SwappedPairsSVM(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
         for name, low in (("capacity", 2), ("max_iter", 1), ("n_partners", 1), ("n_components", 1),
                           ("exact_max_samples", 1)):
             v = getattr(self, name)
+            if name == "capacity" and isinstance(v, str) and v == "auto":
+                continue
             if not isinstance(v, numbers.Integral) or isinstance(v, bool) or v < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
 
@@ -143,28 +152,21 @@ class SwappedPairsSVM(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
             raise TypeError("kernel='rbf' needs a dense X; pass X.toarray() or use kernel='linear'")
         dtype = float_dtype()
         rs = check_random_state(self.random_state)
-        config = RankPairsConfig(n_ranks=len(self.classes_), capacity=self.capacity, max_iter=self.max_iter,
-                                 counting=self.counting)
         pair_args = {}
         if self.pairs == "herbrich":
             pairs, pw = sample_pairs(codes, self.n_partners, np.random.default_rng(rs.randint(2**31)), sw)
             pair_args = dict(pairs=jnp.asarray(pairs), pair_weights=jnp.asarray(pw, dtype))
         Xj = (jsparse.BCOO.from_scipy_sparse(X.astype(dtype)) if sp.issparse(X) else jnp.asarray(X, dtype))
         args = (jnp.asarray(codes), jnp.asarray(sw, dtype))
-        if self.kernel == "linear":
-            res = fit_rankpairs_linear(Xj, *args, self.C, self.epsilon, config, **pair_args)
-        else:
-            approx = self.kernel_approx
-            if approx == "auto":
-                approx = "exact" if X.shape[0] <= self.exact_max_samples else "nystroem"
-            if approx == "exact":
-                res = fit_rankpairs_kernel(Xj, *args, self.C, self.gamma, self.epsilon, config, **pair_args)
-            else:
-                config = RankPairsConfig(n_ranks=config.n_ranks, capacity=self.capacity, max_iter=self.max_iter,
-                                         counting=self.counting, n_components=min(self.n_components, X.shape[0]))
-                key = jax.random.PRNGKey(rs.randint(2**31))
-                res = fit_rankpairs_nystroem(Xj, *args, self.C, self.gamma, self.epsilon, key, config, **pair_args)
+        solve, n_components = self._solver(X, rs)
+        for capacity in _capacities(self.capacity):
+            config = RankPairsConfig(n_ranks=len(self.classes_), capacity=capacity, max_iter=self.max_iter,
+                                     counting=self.counting, n_components=n_components)
+            res = solve(Xj, args, config, pair_args)
+            if int(res.status) != Status.CAPACITY_REACHED:
+                break
         check_status(res.status, "SwappedPairsSVM")
+        self.capacity_ = capacity
         self.result_ = res
         if self.kernel == "linear":
             self.coef_ = np.asarray(res.coef)
@@ -177,6 +179,24 @@ class SwappedPairsSVM(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
         self.status_ = int(res.status)
         self.working_set_size_ = int(res.working_set_size)
         return self
+
+    def _solver(self, X, rs):
+        """``solve(Xj, (codes, weights), config, pair_args)`` for this kernel, and the number
+        of Nyström landmarks it needs in its config (0: none)."""
+        if self.kernel == "linear":
+            return (lambda Xj, args, config, pairs: fit_rankpairs_linear(Xj, *args, self.C, self.epsilon,
+                                                                         config, **pairs)), 0
+        gamma = resolve_gamma(self.gamma, X)
+        approx = self.kernel_approx
+        if approx == "auto":
+            approx = "exact" if X.shape[0] <= self.exact_max_samples else "nystroem"
+        if approx == "exact":
+            return (lambda Xj, args, config, pairs: fit_rankpairs_kernel(Xj, *args, self.C, gamma, self.epsilon,
+                                                                         config, **pairs)), 0
+        key = jax.random.PRNGKey(rs.randint(2**31))
+        return (lambda Xj, args, config, pairs: fit_rankpairs_nystroem(Xj, *args, self.C, gamma, self.epsilon,
+                                                                       key, config, **pairs)), \
+            min(self.n_components, X.shape[0])
 
     def decision_function(self, X):
         """Ranking scores f(x) (n,): a larger score means a higher rank."""
@@ -202,6 +222,14 @@ class SwappedPairsSVM(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
         codes = self._encode_y(y, f.shape[0])
         sw = check_sample_weight(sample_weight, f.shape[0])
         return 1.0 - float(swapped_pairs_rate(jnp.asarray(f), jnp.asarray(codes), sw, len(self.classes_)))
+
+
+# capacity="auto": the working-set sizes tried in turn while every slot is active.
+_AUTO_CAPACITIES = (100, 200, 400, 800, 1600, 3200)
+
+
+def _capacities(capacity):
+    return _AUTO_CAPACITIES if capacity == "auto" else (capacity,)
 
 
 def _quantile_thresholds(scores, codes, weights, n_ranks):

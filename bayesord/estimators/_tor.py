@@ -25,6 +25,7 @@ from .._redsvm import (
     predict_codes,
     transform_kernel_map,
 )
+from .._basis import check_gamma, resolve_gamma
 from .._progress import check_verbose
 from .._sparse import as_rows
 from .._status import check_status, warn_user
@@ -53,8 +54,7 @@ class _RedSVMBase(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
             raise ValueError(f"loss must be one of {LOSSES}, got {self.loss!r}")
         if self.kernel not in KERNELS:
             raise ValueError(f"kernel must be one of {KERNELS}, got {self.kernel!r}")
-        if self.gamma is not None:
-            _check_positive(self.gamma, "gamma")
+        check_gamma(self.gamma)
         if self.n_components is not None and (
                 not isinstance(self.n_components, numbers.Integral) or self.n_components < 1):
             raise ValueError(f"n_components must be a positive integer or None, got {self.n_components!r}")
@@ -82,8 +82,7 @@ class _RedSVMBase(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
         n = X.shape[0]
         m = n if self.n_components is None else min(self.n_components, n)
         idx = np.sort(np.asarray(jax.random.choice(key, n, (m,), replace=False))) if m < n else np.arange(n)
-        gamma = 1.0 / X.shape[1] if self.gamma is None else self.gamma
-        self.kernel_map_ = fit_kernel_map(jnp.asarray(X[idx], dtype), self.kernel, gamma)
+        self.kernel_map_ = fit_kernel_map(jnp.asarray(X[idx], dtype), self.kernel, resolve_gamma(self.gamma, X))
         return transform_kernel_map(self.kernel_map_, jnp.asarray(X, dtype), self.kernel)
 
     def _features_predict(self, X):
@@ -127,7 +126,9 @@ class RedSVM(_RedSVMBase):
         loss: one of "hinge", "squared_hinge", "logistic", "square", "laplacian" (Table II).
         kernel: "linear" (dense or CSR input), "perceptron" (``-|x - x'|``, Delta_p = 0) or
             "rbf" (``exp(-gamma |x - x'|^2)``); kernels need dense input.
-        gamma: RBF width (default ``1 / n_features``).
+        gamma: RBF width: ``"scale"`` (default) is ``1 / (n_features Var(X))`` on the training
+            inputs, as scikit-learn's SVC; None is ``1 / n_features``; or a number.  The
+            width used is ``kernel_map_.gamma``.
         n_components: number of Nystrom landmarks for kernels (None: every training row,
             exact; memory O(n^2)).
         fit_intercept: include the unregularised intercept ``b`` of Eq. (9).
@@ -156,7 +157,7 @@ class RedSVM(_RedSVMBase):
     # Exact sample weights (a weight multiplies the row's C): a weighted refit is a draw.
     _bootstrap_params = ("coef_", "thresholds_")
 
-    def __init__(self, C=1.0, loss="hinge", kernel="linear", gamma=None, n_components=None,
+    def __init__(self, C=1.0, loss="hinge", kernel="linear", gamma="scale", n_components=None,
                  fit_intercept=True, tol=1e-4, max_iter=1000, classes=None, random_state=None):
         self.C = C
         self.loss = loss
@@ -243,7 +244,7 @@ class TransductiveOrdinalRegression(_RedSVMBase):
     _why_every_class = ("the labeled rows must show every declared class: TOR's pseudo-label "
                         "initialisation (Algorithm 2) hands out classes in the labeled class ratios")
 
-    def __init__(self, C=1.0, loss="hinge", kernel="linear", gamma=None, n_components=None,
+    def __init__(self, C=1.0, loss="hinge", kernel="linear", gamma="scale", n_components=None,
                  fit_intercept=True, tol=1e-4, max_iter=1000, c2_init=1e-5, c2_growth=2.0,
                  max_retrains=5000, swap_rule="eq5", class_ratios=None, classes=None, random_state=None,
                  verbose=0):
