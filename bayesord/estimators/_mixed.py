@@ -361,7 +361,8 @@ class OrdinalMixed(SavableMixin, OrdinalEstimator):
         X, codes = self._inputs(X, groups)
         if X.shape[1] == 0:
             raise ValueError("the model has no columns, so no marginal effects")
-        effect, sd = marginal_effects_mixed(self._result(), X, codes, self.binary_columns_)
+        effect, sd = program_for_rows(marginal_effects_mixed, X.shape[0])(self._result(), X, codes,
+                                                                        self.binary_columns_)
         return marginal_effects_table(effect, sd, self._coef_names(), self.classes_, self.binary_columns_, level)
 
     # ------------------------------------------------------------ persistence

@@ -344,7 +344,8 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         """
         X = self._validate_predict(X)
         res = jax.tree_util.tree_map(lambda a: np.asarray(a, float_dtype()), self.result_)
-        effect, sd = marginal_effects_probit(res, X.astype(float_dtype()), self.binary_columns_)
+        effects = program_for_rows(marginal_effects_probit, X.shape[0])
+        effect, sd = effects(res, X.astype(float_dtype()), self.binary_columns_)
         names = self.posterior_result()[1]["feature_names"]
         return marginal_effects_table(effect, sd, names, self.classes_, self.binary_columns_, level)
 
