@@ -128,6 +128,18 @@ def test_the_one_class_check_counts_labelled_rows_of_positive_weight(args, warns
     assert [issubclass(w.category, OneClassWarning) for w in caught] == ([True] if warns else [])
 
 
+@pytest.mark.parametrize("last", [0.0, 1.0])
+def test_the_one_class_check_predicts_every_row_before_it_warns(last):
+    """Its first look is 256 rows; a row beyond them in another class means no warning."""
+    X, y = np.zeros((300, 1)), np.arange(300) % 3
+    X[299, 0] = last
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warn_if_one_class(_Stub(), {"X": X, "y": y})
+    messages = [str(w.message) for w in caught if issubclass(w.category, OneClassWarning)]
+    assert len(messages) == (last == 0.0) and all("every one of its 300 training rows" in m for m in messages)
+
+
 def test_a_margin_model_that_finds_no_signal_says_so():
     """A real degenerate fit: labels unrelated to the columns and C = 1e-4, so the margin term
     of RED-SVM outweighs the loss and the fit puts every training row in one class (not

@@ -337,6 +337,9 @@ def fresh_fit(fit):
     return wrapper
 
 
+# warn_if_one_class predicts at most this many training rows unless they all land in one class.
+_ONE_CLASS_SAMPLE = 256
+
 # The hint of the Bayesian models, whose prior shrinks effects the evidence does not support.
 BAYES_ONE_CLASS_HINT = ("Either the columns carry no signal this model can use (its predict_proba "
                         "still spreads over the classes and says how unsure it is), or a signal that "
@@ -351,6 +354,10 @@ def warn_if_one_class(est, fit_args) -> None:
 
     ``fit_args`` are the arguments ``fit`` was called with (``X``, ``y`` and, where the
     estimator has them, ``sample_weight``, ``groups``, ``unlabeled_mask``).
+
+    The first look predicts :data:`_ONE_CLASS_SAMPLE` rows (all of them when there are
+    fewer), taken from the classes in turn, so that its program is small and of one size for
+    every data set; only when those all land in one class are the other rows predicted too.
     """
     X, y = fit_args["X"], fit_args["y"]
     n = X.shape[0] if hasattr(X, "shape") else len(X)
@@ -359,14 +366,29 @@ def warn_if_one_class(est, fit_args) -> None:
         keep &= np.asarray(fit_args["sample_weight"], dtype=float) > 0
     if fit_args.get("unlabeled_mask") is not None:
         keep &= ~np.asarray(fit_args["unlabeled_mask"], dtype=bool)
-    labels = np.asarray(_labels_1d(y, n))[keep]
-    if np.unique(labels).size < 2:
+    rows = np.flatnonzero(keep)
+    labels = np.asarray(_labels_1d(y, n))[rows]
+    classes, codes = np.unique(labels, return_inverse=True)
+    if classes.size < 2:
         return
-    pred = np.asarray(est.predict(X, fit_args["groups"]) if "groups" in fit_args else est.predict(X))[keep]
+
+    def predicted(idx):
+        part = X.iloc[idx] if hasattr(X, "iloc") else X[idx] if sp.issparse(X) else np.asarray(X)[idx]
+        if "groups" in fit_args:
+            return np.asarray(est.predict(part, np.asarray(fit_args["groups"])[idx]))
+        return np.asarray(est.predict(part))
+
+    order = np.argsort(codes, kind="stable")
+    rank = np.empty(codes.size, dtype=np.int64)  # the row's position among its class's rows
+    rank[order] = np.arange(codes.size) - np.searchsorted(codes[order], codes[order])
+    first = np.sort(np.lexsort((np.arange(codes.size), rank))[:_ONE_CLASS_SAMPLE])
+    pred = predicted(rows[first])
+    if np.unique(pred).size == 1 and first.size < rows.size:
+        pred = predicted(rows)
     if np.unique(pred).size == 1:
         label = pred[0].item() if isinstance(pred[0], np.generic) else pred[0]
         warn_user(f"{type(est).__name__} predicts {label!r} for every one of its {pred.size} training "
-                  f"rows, whose labels hold {np.unique(labels).size} classes: at these settings it found "
+                  f"rows, whose labels hold {classes.size} classes: at these settings it found "
                   f"no ordinal signal. {est._one_class_hint}", OneClassWarning)
 
 
