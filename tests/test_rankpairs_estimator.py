@@ -1,7 +1,5 @@
 """SwappedPairsSVM: bad input, label handling, agreement with the functional core, real data."""
 
-import warnings
-
 import jax.numpy as jnp
 import numpy as np
 import pandas as pd
@@ -114,25 +112,6 @@ def test_capacity_warns():
     with pytest.warns(ConvergenceWarning):
         model = SwappedPairsSVM(C=100.0, epsilon=1e-4, capacity=3).fit(X, y)
     assert not model.converged_
-
-
-def test_a_full_working_set_grows_by_default(monkeypatch):
-    """``capacity="auto"``: a fit that fills its working set is repeated with twice the
-    slots (sizes patched small here), and the model is the fit with that capacity given."""
-    from bayesord.estimators import _rankpairs
-
-    X, y = make_data(5)
-    y = np.random.default_rng(0).permutation(y)
-    monkeypatch.setattr(_rankpairs, "_AUTO_CAPACITIES", (3, 6, 400))
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", ConvergenceWarning)
-        grown = SwappedPairsSVM(C=100.0, epsilon=1e-4).fit(X, y)
-    assert grown.capacity_ == 400 and grown.converged_
-    fixed = SwappedPairsSVM(C=100.0, epsilon=1e-4, capacity=400).fit(X, y)
-    np.testing.assert_array_equal(grown.coef_, fixed.coef_)
-    monkeypatch.setattr(_rankpairs, "_AUTO_CAPACITIES", (3, 6))
-    with pytest.warns(ConvergenceWarning, match="is full"):
-        assert SwappedPairsSVM(C=100.0, epsilon=1e-4).fit(X, y).capacity_ == 6
 
 
 def test_all_tied_scores():

@@ -22,7 +22,7 @@ from .._rankpairs import (
     swapped_pairs_rate,
 )
 from .._basis import check_gamma, resolve_gamma
-from .._status import Status, check_status
+from .._status import check_status
 from .._validation import check_sample_weight, float_dtype
 from ._base import OrdinalEstimator, SnapshotSavableMixin, fresh_fit
 from ._proba_layer import ProbaLayerMixin
@@ -51,11 +51,11 @@ class SwappedPairsSVM(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
             ``"herbrich"`` (Herbrich's pairwise SVM on ``n_partners`` random partners of a
             different rank per row: the Herbrich₅ baseline).
         n_partners: partners per row for ``pairs="herbrich"``.
-        capacity: working-set slots (the trivial constraint included).  ``"auto"``
-            (default): start with 100 and, when every slot holds an active constraint, fit
-            again with twice as many, up to 3,200 (``capacity_`` is the size used); a fit
-            still full at 3,200, or one given a number of slots that it fills, warns
-            (ConvergenceWarning).
+        capacity: working-set slots (the trivial constraint included); when all are
+            active the fit stops with a ConvergenceWarning.  Each cutting-plane step solves
+            a QP over all the slots, so its cost grows with the cube of ``capacity``: on
+            ``tae`` (120 rows, 54 columns) the fit needs 400 slots to converge, and takes
+            about 80 times as long as the 100-slot fit that stops full.
         max_iter: cap on cutting-plane iterations.
         counting: ``"auto"``, ``"classes"`` (O(n log n + n r)) or ``"bits"``
             (O(n log n ⌈log₂ r⌉)): how violated pairs are counted.
@@ -93,7 +93,7 @@ class SwappedPairsSVM(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
     _bootstrap_params = ("coef_", "thresholds_")
 
     def __init__(self, C=100.0, kernel="linear", gamma="scale", epsilon=1e-3, pairs="all", n_partners=5,
-                 capacity="auto", max_iter=1000, counting="auto", kernel_approx="auto", n_components=500,
+                 capacity=100, max_iter=1000, counting="auto", kernel_approx="auto", n_components=500,
                  exact_max_samples=5000, classes=None, random_state=None):
         self.C = C
         self.kernel = kernel
@@ -124,8 +124,6 @@ class SwappedPairsSVM(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
         for name, low in (("capacity", 2), ("max_iter", 1), ("n_partners", 1), ("n_components", 1),
                           ("exact_max_samples", 1)):
             v = getattr(self, name)
-            if name == "capacity" and isinstance(v, str) and v == "auto":
-                continue
             if not isinstance(v, numbers.Integral) or isinstance(v, bool) or v < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
 
@@ -159,14 +157,10 @@ class SwappedPairsSVM(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
         Xj = (jsparse.BCOO.from_scipy_sparse(X.astype(dtype)) if sp.issparse(X) else jnp.asarray(X, dtype))
         args = (jnp.asarray(codes), jnp.asarray(sw, dtype))
         solve, n_components = self._solver(X, rs)
-        for capacity in _capacities(self.capacity):
-            config = RankPairsConfig(n_ranks=len(self.classes_), capacity=capacity, max_iter=self.max_iter,
-                                     counting=self.counting, n_components=n_components)
-            res = solve(Xj, args, config, pair_args)
-            if int(res.status) != Status.CAPACITY_REACHED:
-                break
+        config = RankPairsConfig(n_ranks=len(self.classes_), capacity=self.capacity, max_iter=self.max_iter,
+                                 counting=self.counting, n_components=n_components)
+        res = solve(Xj, args, config, pair_args)
         check_status(res.status, "SwappedPairsSVM")
-        self.capacity_ = capacity
         self.result_ = res
         if self.kernel == "linear":
             self.coef_ = np.asarray(res.coef)
@@ -222,14 +216,6 @@ class SwappedPairsSVM(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
         codes = self._encode_y(y, f.shape[0])
         sw = check_sample_weight(sample_weight, f.shape[0])
         return 1.0 - float(swapped_pairs_rate(jnp.asarray(f), jnp.asarray(codes), sw, len(self.classes_)))
-
-
-# capacity="auto": the working-set sizes tried in turn while every slot is active.
-_AUTO_CAPACITIES = (100, 200, 400, 800, 1600, 3200)
-
-
-def _capacities(capacity):
-    return _AUTO_CAPACITIES if capacity == "auto" else (capacity,)
 
 
 def _quantile_thresholds(scores, codes, weights, n_ranks):
