@@ -135,6 +135,31 @@ def test_theta_auto_by_evidence_and_cv(data):
     assert cv.theta_ in (0.1, 1.0) and np.all(cv.theta_grid_scores_ <= 0)
 
 
+def test_the_default_width_grid_is_relative_to_the_standardised_columns(data):
+    """``theta_grid="scale"``: ``(0.1, 0.3, 1, 3) / d'``, d' the non-constant columns, the
+    same for the columns in other units and offsets and with a constant column added
+    (which the fit's standardisation maps to zero)."""
+    X, y = data
+    raw = np.column_stack([X * [1000.0, 0.01] + [5e3, -2.0], np.full(len(y), 7.0)])
+    for cols in (X, raw):
+        grid = ISBOR()._width_grid(jnp.asarray(cols), jnp.ones(len(y)))
+        np.testing.assert_allclose(grid, np.array([0.1, 0.3, 1.0, 3.0]) / 2, rtol=1e-12)
+
+
+@pytest.mark.slow
+def test_the_default_width_selection_does_not_depend_on_the_units(data, tmp_path):
+    X, y = data
+    raw = np.column_stack([X * [1000.0, 0.01] + [5e3, -2.0], np.full(len(y), 7.0)])
+    kw = dict(theta="auto", theta_selection="evidence")
+    a, b = small_model(**kw).fit(X, y), small_model(**kw).fit(raw, y)
+    np.testing.assert_allclose(a.theta_grid_values_, [0.05, 0.15, 0.5, 1.5], rtol=1e-12)
+    assert a.theta_ == b.theta_ and a.theta_ == a.theta_grid_values_[np.argmax(a.theta_grid_scores_)]
+    np.testing.assert_allclose(a.theta_grid_scores_, b.theta_grid_scores_, rtol=1e-8)
+    np.testing.assert_array_equal(a.predict(X), b.predict(raw))
+    b.save(tmp_path / "m.npz")
+    np.testing.assert_array_equal(ISBOR.load(tmp_path / "m.npz").theta_grid_values_, b.theta_grid_values_)
+
+
 @pytest.mark.parametrize("scoring", ["mae", "log_loss"])
 @pytest.mark.slow
 def test_theta_auto_by_cv_equals_separate_fold_fits(data, scoring):

@@ -29,12 +29,14 @@ from .._isbor import (
 )
 from .._progress import check_verbose, prefix
 from .._status import check_status, warn_user
-from ._base import OrdinalEstimator, SavableMixin, fresh_fit, posterior_table, threshold_names
+from ._base import BAYES_ONE_CLASS_HINT, OrdinalEstimator, SavableMixin, fresh_fit, posterior_table, threshold_names
 from ._uncertainty import UncertaintyMixin
 
 __all__ = ["ISBOR", "SBOR"]
 
-_DEFAULT_GRID = (0.01, 0.1, 1.0, 10.0)
+# theta_grid="scale": the candidate widths as multiples of 1 / d', d' the number of
+# non-constant columns (scikit-learn's gamma="scale" on the standardised columns the fit uses).
+SCALE_GRID = (0.1, 0.3, 1.0, 3.0)
 _SELECTIONS = ("evidence", "loo", "cv")
 _CV_SCORINGS = ("mae", "log_loss")
 _LOO_DRAWS, _LOO_CHAINS = 250, 4
@@ -84,6 +86,7 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
     """Shared fit/predict plumbing; subclasses choose the solver."""
 
     _scale_sensitive = False  # the fit standardises the columns itself
+    _one_class_hint = BAYES_ONE_CLASS_HINT
 
     _solver_name = ""
 
@@ -97,9 +100,13 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         if isinstance(self.theta, str):
             if self.theta != "auto":
                 raise ValueError(f"theta must be a positive number or 'auto', got {self.theta!r}")
-            grid = [_check_positive(t, "every value in theta_grid") for t in self.theta_grid]
-            if not grid:
-                raise ValueError("theta_grid is empty")
+            if not (isinstance(self.theta_grid, str) and self.theta_grid == "scale"):
+                if isinstance(self.theta_grid, str):
+                    raise ValueError(f"theta_grid must be 'scale' or a sequence of positive widths, "
+                                     f"got {self.theta_grid!r}")
+                grid = [_check_positive(t, "every value in theta_grid") for t in self.theta_grid]
+                if not grid:
+                    raise ValueError("theta_grid is empty")
         else:
             _check_positive(self.theta, "theta (kernel width)")
         cv_ok = (self.cv >= 2 if isinstance(self.cv, numbers.Integral)
@@ -161,6 +168,7 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         if isinstance(self.theta, str):
             theta, scores = self._select_theta(Xj, yj, swj, n_classes, k_sel, rng)
             self.theta_grid_scores_ = scores
+            self.theta_grid_values_ = self._width_grid(Xj, swj)
         else:
             theta = float(self.theta)
         config = self._config(n, cand.shape[0], n_classes, Xj.dtype)
@@ -179,6 +187,20 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
             return kmeanspp_indices((X - center) / scale, key, int(self.n_centres))
         return jnp.sort(jax.random.permutation(key, n)[: self.n_centres]).astype(jnp.int32)
 
+    def _width_grid(self, X, sw):
+        """The candidate widths: ``theta_grid`` as given, or for ``"scale"`` the multiples
+        :data:`SCALE_GRID` of ``1 / d'``, ``d'`` the number of non-constant columns.
+
+        The fit standardises its columns, so two rows lie a squared distance of about
+        ``2 d'`` apart and ``1 / d'`` (scikit-learn's ``gamma="scale"`` on those columns)
+        puts the kernel between typical rows near ``e^-2`` in any dimension."""
+        if not isinstance(self.theta_grid, str):
+            return np.asarray(self.theta_grid, dtype=float)
+        center, scale = center_and_scale(X, sw)
+        # Each standardised column has mean square 1, or 0 when constant: the sum counts them.
+        varying = round(float(jnp.sum(sw @ jnp.square((X - center) / scale) / jnp.sum(sw))))
+        return np.asarray(SCALE_GRID) / max(varying, 1)
+
     def _select_theta(self, X, y, sw, n_classes, key, rng):
         """Kernel width by the evidence over the grid (:func:`_fit_widths`), by PSIS-LOO of
         each width's Laplace posterior, or by k-fold CV (:func:`_fold_predictions` per width).
@@ -187,7 +209,7 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         ``sw``: the negative MAE, or the mean held-out log predictive probability
         ``mean log p(y_i | rest)`` (``cv_scoring="log_loss"``), the exact k-fold
         counterpart of PSIS-LOO's elpd per row."""
-        grid = np.asarray(self.theta_grid, dtype=float)
+        grid = self._width_grid(X, sw)
         n = X.shape[0]
         subsampled = n > self.selection_max_samples
         if subsampled:
@@ -328,9 +350,11 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
 
     def _saved_state(self):
         scores = getattr(self, "theta_grid_scores_", None)
+        values = getattr(self, "theta_grid_values_", None)
         return ({f"result.{k}": v for k, v in self.result_._asdict().items()},
                 {"config": dataclasses.asdict(self.result_.config),
-                 "theta_grid_scores": None if scores is None else np.asarray(scores).tolist()})
+                 "theta_grid_scores": None if scores is None else np.asarray(scores).tolist(),
+                 "theta_grid_values": None if values is None else np.asarray(values).tolist()})
 
     def _restore(self, arrays, meta):
         config = ISBORConfig(**meta["config"])
@@ -342,6 +366,8 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         self._store(res)
         if meta["theta_grid_scores"] is not None:
             self.theta_grid_scores_ = np.asarray(meta["theta_grid_scores"], dtype=float)
+            if meta.get("theta_grid_values") is not None:  # files written before it was kept
+                self.theta_grid_values_ = np.asarray(meta["theta_grid_values"], dtype=float)
 
     def posterior_result(self):
         """The functional :class:`bayesord.ISBORResult` of the fit (kernel, degree and link
@@ -433,7 +459,11 @@ class ISBOR(_SparseBayesOrdinal):
         kernel: ``"rbf"`` (default), ``"linear"``, ``"poly"`` or ``"precomputed"`` (then ``X``
             is the square basis matrix at fit time and ``(n, n_train)`` at predict time).
         theta: kernel width, or ``"auto"`` to select it from ``theta_grid``.
-        theta_grid: candidate widths for ``theta="auto"``.
+        theta_grid: candidate widths for ``theta="auto"``: ``"scale"`` (default) for
+            ``(0.1, 0.3, 1, 3) / d'``, ``d'`` the number of non-constant columns (the fit
+            standardises its columns, so ``1 / d'`` is scikit-learn's ``gamma="scale"`` on
+            them and keeps the kernel between typical rows near ``e^-2`` in any dimension),
+            or a sequence of widths used as given.
         theta_selection: ``"cv"`` (default: ``cv``-fold cross-validation scored by
             ``cv_scoring``), ``"evidence"`` (the paper's criterion: the grid is fitted in one
             call, the width with the highest Laplace evidence wins; about ``cv`` times
@@ -490,7 +520,8 @@ class ISBOR(_SparseBayesOrdinal):
         status_: the solver's status code.
         n_pruned_: relevance vectors pruned for a numerically huge alpha.
         classes_: the ordered labels.
-        theta_grid_scores_: score of each grid value (when ``theta="auto"``): its log
+        theta_grid_values_: the candidate widths (when ``theta="auto"``).
+        theta_grid_scores_: score of each of them (when ``theta="auto"``): its log
             evidence, its elpd_loo, its negative CV MAE or its mean held-out log
             probability (``cv_scoring``); the highest wins.
         result_: the functional :class:`bayesord._isbor.ISBORResult`.
@@ -500,7 +531,7 @@ class ISBOR(_SparseBayesOrdinal):
     _format = "bayesord.ISBOR/2"
     _solver = staticmethod(_isbor_solve)
 
-    def __init__(self, kernel="rbf", theta="auto", theta_grid=_DEFAULT_GRID, theta_selection="cv",
+    def __init__(self, kernel="rbf", theta="auto", theta_grid="scale", theta_selection="cv",
                  cv=5, cv_scoring="log_loss", selection_max_samples=2000, degree=2, capacity=128, max_iter=500,
                  min_delta=1e-2, n_centres=None, centre_selection="random", block_size=256, cache_bytes=2**30,
                  link="probit", learn_noise=True, classes=None, random_state=None, verbose=0):
@@ -549,7 +580,7 @@ class SBOR(_SparseBayesOrdinal):
     _format = "bayesord.SBOR/2"
     _solver = staticmethod(_sbor_solve)
 
-    def __init__(self, kernel="rbf", theta="auto", theta_grid=_DEFAULT_GRID, theta_selection="cv",
+    def __init__(self, kernel="rbf", theta="auto", theta_grid="scale", theta_selection="cv",
                  cv=5, cv_scoring="log_loss", selection_max_samples=1000, degree=2, max_iter=300,
                  min_delta=1e-2, n_centres=None, centre_selection="random", block_size=256, cache_bytes=2**30,
                  link="probit", learn_noise=True, classes=None, random_state=None, verbose=0):
