@@ -161,7 +161,7 @@ def _fit_one(label, Xtr, ytr, Xte, seed):
 def run_set(name, models, args):
     X, y = _data(name)
     classes = np.unique(y)
-    per = {m: {k: [] for k in ("mae", "acc", "ll", "rps", "ece", "fit", "cal")} for m in models}
+    per = {m: {k: [] for k in ("mae", "acc", "ll", "rps", "ece", "fit", "cal", "theta")} for m in models}
     notes = {m: Counter() for m in models}
     messages = {m: [] for m in models}
     n_train = None
@@ -192,6 +192,7 @@ def run_set(name, models, args):
             r["ece"].append(ece(y[te], proba, classes=classes))
             r["fit"].append(fit_s)
             r["cal"].append(cal_s)
+            r["theta"].append(getattr(model, "theta_", None))  # ISBOR/SBOR: the width chosen
         print(f"  {name} split {split}: done", file=sys.stderr, flush=True)
     jax.clear_caches()
     rows = []
@@ -212,6 +213,7 @@ def run_set(name, models, args):
             "convergence warnings": notes[m]["ConvergenceWarning"],
             "other warnings": sum(v for k, v in notes[m].items() if k not in ("ConvergenceWarning", "error")),
             "errors": notes[m]["error"], "messages": messages[m], "mae_splits": r["mae"],
+            "theta": r["theta"] if any(t is not None for t in r["theta"]) else None,
         })
     return rows
 
