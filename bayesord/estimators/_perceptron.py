@@ -331,7 +331,7 @@ class PRank(_StructuredPerceptron):
     Args:
         averaged: predict with averaged weights (Collins 2002; the default, as for
             :class:`CuSumRank`).  ``False`` predicts with the last weights, PRank as first
-            published; on the shared data sets that was worse on every one (test MAE 0.18
+            published; its test MAE was higher on each of the 13 shared data sets compared (0.18
             against 0.08 on balance_scale, 1.22 against 1.01 on toy, which is worse than
             always predicting the commonest class: docs/benchmarks.md, "defaults").
         margin: loss-augmented training (0: off).
