@@ -6,6 +6,7 @@ import warnings
 import jax
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning, NotFittedError
 
@@ -111,7 +112,8 @@ class _Stub:
     _one_class_hint = "hint"
 
     def predict(self, X):
-        return np.where(np.asarray(X)[:, 0] > 0, 2, 1)
+        X = X.toarray() if sp.issparse(X) else np.asarray(X)
+        return np.where(X[:, 0] > 0, 2, 1)
 
 
 @pytest.mark.parametrize("args, warns", [
@@ -138,6 +140,14 @@ def test_the_one_class_check_predicts_every_row_before_it_warns(last):
         warn_if_one_class(_Stub(), {"X": X, "y": y})
     messages = [str(w.message) for w in caught if issubclass(w.category, OneClassWarning)]
     assert len(messages) == (last == 0.0) and all("every one of its 300 training rows" in m for m in messages)
+
+
+@pytest.mark.parametrize("form", [list, sp.dia_matrix, sp.coo_array])
+def test_the_one_class_check_takes_rows_in_every_form_fit_takes(form):
+    """Lists and every sparse format (scikit-learn's checks pass DIA and COO), as fit does."""
+    X = np.array([[-1.0], [-2.0], [-3.0], [-1.0]])
+    with pytest.warns(OneClassWarning, match="predicts 1 for every one of its 4 training rows"):
+        warn_if_one_class(_Stub(), {"X": form(X.tolist()) if form is list else form(X), "y": [1, 1, 2, 0]})
 
 
 def test_a_margin_model_that_finds_no_signal_says_so():

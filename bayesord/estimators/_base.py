@@ -360,7 +360,10 @@ def warn_if_one_class(est, fit_args) -> None:
     every data set; only when those all land in one class are the other rows predicted too.
     """
     X, y = fit_args["X"], fit_args["y"]
-    n = X.shape[0] if hasattr(X, "shape") else len(X)
+    # Rows as fit took them: a frame stays a frame (a formula model reads its columns), any
+    # sparse format becomes CSR (row indexing), anything else an array (lists, array-likes).
+    X = X.tocsr() if sp.issparse(X) else X if hasattr(X, "iloc") else np.asarray(X)
+    n = X.shape[0]
     keep = np.ones(n, dtype=bool)
     if fit_args.get("sample_weight") is not None:
         keep &= np.asarray(fit_args["sample_weight"], dtype=float) > 0
@@ -373,7 +376,7 @@ def warn_if_one_class(est, fit_args) -> None:
         return
 
     def predicted(idx):
-        part = X.iloc[idx] if hasattr(X, "iloc") else X[idx] if sp.issparse(X) else np.asarray(X)[idx]
+        part = X.iloc[idx] if hasattr(X, "iloc") else X[idx]
         if "groups" in fit_args:
             return np.asarray(est.predict(part, np.asarray(fit_args["groups"])[idx]))
         return np.asarray(est.predict(part))
