@@ -107,6 +107,19 @@ def test_the_one_class_check_of_a_mixed_model_predicts_with_the_groups(monkeypat
         OrdinalMixed().fit(X0, Y0, np.arange(60) % 6)
 
 
+def test_the_librarys_own_refits_leave_the_one_class_check_to_the_users_fit(monkeypatch):
+    """Cross-fitted copies (``calibrate(cv=...)``) and bootstrap draws are refits of a model
+    the user has fitted: only that fit is checked (each check costs a prediction program)."""
+    est = RedSVM()
+    monkeypatch.setattr(RedSVM, "predict", _one_class)
+    with pytest.warns(OneClassWarning):
+        est.fit(X0, Y0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", OneClassWarning)
+        est.calibrate(X0, Y0, cv=3, random_state=0)
+        est.bootstrap(X0, Y0, n_draws=2, random_state=0)
+
+
 class _Stub:
     classes_ = np.array([0, 1, 2])
     _one_class_hint = "hint"

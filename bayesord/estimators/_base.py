@@ -7,6 +7,8 @@ Estimators hold no numerics.  Each one validates input here, calls a functional
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import inspect
 import json
@@ -33,8 +35,8 @@ from .._validation import (
 from ._formula import formula_rows
 
 __all__ = ["BAYES_ONE_CLASS_HINT", "OrdinalEstimator", "SavableMixin", "SnapshotSavableMixin", "binary_columns",
-           "class_from_proba", "fresh_fit", "marginal_effects_table", "posterior_table", "read_model_file",
-           "reset_fitted", "set_input_transform", "solver_tol", "threshold_names", "warn_if_one_class"]
+           "class_from_proba", "fresh_fit", "internal_fits", "marginal_effects_table", "posterior_table",
+           "read_model_file", "reset_fitted", "set_input_transform", "solver_tol", "threshold_names", "warn_if_one_class"]
 
 
 class OrdinalEstimator(BaseEstimator):
@@ -331,10 +333,27 @@ def fresh_fit(fit):
         except BaseException:
             reset_fitted(self)
             raise
-        warn_if_one_class(self, signature.bind(self, *args, **kwargs).arguments)
+        if not _INTERNAL_FIT.get():
+            warn_if_one_class(self, signature.bind(self, *args, **kwargs).arguments)
         return out
 
     return wrapper
+
+
+# True inside internal_fits(): the library's own refits (cross-fitting, bootstrap draws).
+_INTERNAL_FIT = contextvars.ContextVar("bayesord_internal_fit", default=False)
+
+
+@contextlib.contextmanager
+def internal_fits():
+    """Fits made inside are the library's own refits of a model the user already fitted
+    (cross-fitted copies, probability layers, bootstrap draws): the one-class check of
+    :func:`fresh_fit`, which costs a prediction program per fit, is left to the user's fit."""
+    token = _INTERNAL_FIT.set(True)
+    try:
+        yield
+    finally:
+        _INTERNAL_FIT.reset(token)
 
 
 # warn_if_one_class predicts at most this many training rows unless they all land in one class.

@@ -24,7 +24,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_is_fitted
 
 from .._status import warn_user
-from ._base import threshold_names
+from ._base import internal_fits, threshold_names
 from ._uncertainty import UncertaintyMixin
 
 __all__ = ["BootstrapMixin"]
@@ -55,7 +55,7 @@ class BootstrapMixin(UncertaintyMixin):
 
     def _weighted_refit(self, X, labels, weights):
         """A copy of this estimator fitted with ``weights``; whether it converged."""
-        with warnings.catch_warnings(record=True) as caught:
+        with warnings.catch_warnings(record=True) as caught, internal_fits():
             warnings.simplefilter("always", ConvergenceWarning)
             model = clone(self).fit(X, labels, sample_weight=weights, classes=self.classes_)
         return model, not any(issubclass(w.category, ConvergenceWarning) for w in caught)

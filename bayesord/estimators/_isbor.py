@@ -168,7 +168,6 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         if isinstance(self.theta, str):
             theta, scores = self._select_theta(Xj, yj, swj, n_classes, k_sel, rng)
             self.theta_grid_scores_ = scores
-            self.theta_grid_values_ = self._width_grid(Xj, swj)
         else:
             theta = float(self.theta)
         config = self._config(n, cand.shape[0], n_classes, Xj.dtype)
@@ -208,8 +207,8 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         CV scores pool the held-out predictions (every row is held out once), weighted by
         ``sw``: the negative MAE, or the mean held-out log predictive probability
         ``mean log p(y_i | rest)`` (``cv_scoring="log_loss"``), the exact k-fold
-        counterpart of PSIS-LOO's elpd per row."""
-        grid = self._width_grid(X, sw)
+        counterpart of PSIS-LOO's elpd per row.  Keeps the widths tried in ``theta_grid_values_``."""
+        grid = self.theta_grid_values_ = self._width_grid(X, sw)
         n = X.shape[0]
         subsampled = n > self.selection_max_samples
         if subsampled:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 from sklearn.utils.metaestimators import available_if
 
+from ._base import internal_fits
 from ._bootstrap import BootstrapMixin
 from ._probit import OrdinalProbit
 from ._uncertainty import fold_indices, never_held_out
@@ -74,12 +75,13 @@ class ProbaLayerMixin(BootstrapMixin):
         # is exact for the probit (weighted sums throughout), and every fit has one shape,
         # so the layer compiles once.
         folds = fold_indices(codes, cv or _LAYER_FOLDS, random_state)
-        for train, test in folds:
-            weights = np.zeros(codes.shape[0])
-            weights[train] = 1.0
-            layer = _layer(K, random_state).fit(values, codes, sample_weight=weights)
-            proba[test] = layer.predict_proba(values[test])
-        self.proba_layer_ = _layer(K, random_state).fit(values, codes)
+        with internal_fits():
+            for train, test in folds:
+                weights = np.zeros(codes.shape[0])
+                weights[train] = 1.0
+                layer = _layer(K, random_state).fit(values, codes, sample_weight=weights)
+                proba[test] = layer.predict_proba(values[test])
+            self.proba_layer_ = _layer(K, random_state).fit(values, codes)
         kept = never_held_out(folds, codes.shape[0])  # a class's only row: every layer saw it
         if kept.size:
             proba[kept] = self.proba_layer_.predict_proba(values[kept])

@@ -156,10 +156,22 @@ class SwappedPairsSVM(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
             pair_args = dict(pairs=jnp.asarray(pairs), pair_weights=jnp.asarray(pw, dtype))
         Xj = (jsparse.BCOO.from_scipy_sparse(X.astype(dtype)) if sp.issparse(X) else jnp.asarray(X, dtype))
         args = (jnp.asarray(codes), jnp.asarray(sw, dtype))
-        solve, n_components = self._solver(X, rs)
         config = RankPairsConfig(n_ranks=len(self.classes_), capacity=self.capacity, max_iter=self.max_iter,
-                                 counting=self.counting, n_components=n_components)
-        res = solve(Xj, args, config, pair_args)
+                                 counting=self.counting)
+        if self.kernel == "linear":
+            res = fit_rankpairs_linear(Xj, *args, self.C, self.epsilon, config, **pair_args)
+        else:
+            gamma = resolve_gamma(self.gamma, X)
+            approx = self.kernel_approx
+            if approx == "auto":
+                approx = "exact" if X.shape[0] <= self.exact_max_samples else "nystroem"
+            if approx == "exact":
+                res = fit_rankpairs_kernel(Xj, *args, self.C, gamma, self.epsilon, config, **pair_args)
+            else:
+                config = RankPairsConfig(n_ranks=config.n_ranks, capacity=self.capacity, max_iter=self.max_iter,
+                                         counting=self.counting, n_components=min(self.n_components, X.shape[0]))
+                key = jax.random.PRNGKey(rs.randint(2**31))
+                res = fit_rankpairs_nystroem(Xj, *args, self.C, gamma, self.epsilon, key, config, **pair_args)
         check_status(res.status, "SwappedPairsSVM")
         self.result_ = res
         if self.kernel == "linear":
@@ -173,24 +185,6 @@ class SwappedPairsSVM(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
         self.status_ = int(res.status)
         self.working_set_size_ = int(res.working_set_size)
         return self
-
-    def _solver(self, X, rs):
-        """``solve(Xj, (codes, weights), config, pair_args)`` for this kernel, and the number
-        of Nyström landmarks it needs in its config (0: none)."""
-        if self.kernel == "linear":
-            return (lambda Xj, args, config, pairs: fit_rankpairs_linear(Xj, *args, self.C, self.epsilon,
-                                                                         config, **pairs)), 0
-        gamma = resolve_gamma(self.gamma, X)
-        approx = self.kernel_approx
-        if approx == "auto":
-            approx = "exact" if X.shape[0] <= self.exact_max_samples else "nystroem"
-        if approx == "exact":
-            return (lambda Xj, args, config, pairs: fit_rankpairs_kernel(Xj, *args, self.C, gamma, self.epsilon,
-                                                                         config, **pairs)), 0
-        key = jax.random.PRNGKey(rs.randint(2**31))
-        return (lambda Xj, args, config, pairs: fit_rankpairs_nystroem(Xj, *args, self.C, gamma, self.epsilon,
-                                                                       key, config, **pairs)), \
-            min(self.n_components, X.shape[0])
 
     def decision_function(self, X):
         """Ranking scores f(x) (n,): a larger score means a higher rank."""

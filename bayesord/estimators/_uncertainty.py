@@ -24,6 +24,7 @@ from ..uncertainty import (
     sets_from_scores,
 )
 from .._splits import kfold_indices
+from ._base import internal_fits
 
 __all__ = ["ConformalCalibration", "UncertaintyMixin", "check_cv", "fold_indices", "never_held_out"]
 
@@ -134,12 +135,13 @@ class UncertaintyMixin:
             # The copies fit what this model was fitted on: the standardised columns.
             X = (np.asarray(X, dtype=np.float64) - self.input_center_) / self.input_scale_
         for train, test in folds:
-            if self._zero_weight_drops_row:
-                weights = np.zeros(n)
-                weights[train] = 1.0
-                model = clone(self).fit(X, labels, sample_weight=weights, classes=self.classes_)
-            else:
-                model = clone(self).fit(_rows(X, train), labels[train], classes=self.classes_)
+            with internal_fits():
+                if self._zero_weight_drops_row:
+                    weights = np.zeros(n)
+                    weights[train] = 1.0
+                    model = clone(self).fit(X, labels, sample_weight=weights, classes=self.classes_)
+                else:
+                    model = clone(self).fit(_rows(X, train), labels[train], classes=self.classes_)
             parts.append((test, model._calibration_values(_rows(X, test)), model._predicted_codes(_rows(X, test))))
         values = np.empty((n,) + parts[-1][1].shape[1:])
         anchor = np.empty(n, dtype=np.int64)
