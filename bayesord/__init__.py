@@ -34,7 +34,7 @@ if "xla_cpu_multi_thread_eigen" not in os.environ.get("XLA_FLAGS", ""):
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("calibration", "datasets", "diagnostics", "metrics", "uncertainty")
+_SUBMODULES = ("calibration", "datasets", "diagnostics", "distributed", "metrics", "uncertainty")
 _EXPORTS = {
     "._isbor": ("ISBORConfig", "ISBORPrediction", "ISBORResult", "fit_isbor", "fit_sbor", "predict_isbor"),
     "._mixed": ("MixedConfig", "MixedPrediction", "MixedResult", "fit_mixed", "predict_mixed",
@@ -76,7 +76,7 @@ def __dir__():
 
 
 if TYPE_CHECKING:
-    from . import calibration, datasets, diagnostics, metrics, uncertainty
+    from . import calibration, datasets, diagnostics, distributed, metrics, uncertainty
     from ._isbor import ISBORConfig, ISBORPrediction, ISBORResult, fit_isbor, fit_sbor, predict_isbor
     from ._mixed import (
         MixedConfig,

@@ -74,6 +74,7 @@ from ._laplace import (
 from ._likelihood import log_class_probs, log_predictive_probs, ordinal_terms
 from ._linalg import chol_inverse, chol_logdet, chol_solve, safe_cholesky
 from ._links import check_link
+from ._mesh import partitioned
 from ._results import check_settings, result_type
 from ._shapes import bucket_rows, pad_rows
 from ._status import Status
@@ -293,11 +294,14 @@ def _alpha_vector(alpha, d, dtype):
 
 
 @partial(jax.jit, static_argnames=("config", "n_classes"))
+@partitioned
 def fit_probit(X, y, weights, alpha, rtol, *, config: ProbitConfig, n_classes: int) -> ProbitResult:
     """Fit the Bayesian linear ordinal model.
 
     Args:
-        X: features, shape (n, d).
+        X: features, shape (n, d).  Rows may be sharded over a mesh of devices, with
+            ``y`` and ``weights`` sharded alike (:mod:`bayesord.distributed`); rows of
+            weight zero pad a row count that does not divide evenly.
         y: classes 0..K-1, shape (n,) (int32).
         weights: non-negative sample weights, shape (n,) (a weight of 2 equals a duplicate).
         alpha: prior precision of the standardised coefficients ``s_j w_j``: scalar or

@@ -18,12 +18,12 @@ PACKAGE = Path(__file__).resolve().parents[1] / "bayesord"
 LAYERS = {
     "core": {"_links", "_likelihood", "_linalg", "_loops", "_status", "_validation", "_progress",
              "_shapes", "_sparse", "_columns", "_basis", "_thresholds", "_compile_cache", "_splits",
-             "_results", "_registry", "_effects"},
+             "_results", "_registry", "_effects", "_mesh"},
     "models": {"_laplace", "_probit", "_isbor", "_mixed", "_npsvor", "_perceptron", "_rankpairs",
                "_redsvm", "_tor"},
     "tools": {"datasets", "metrics", "calibration", "uncertainty", "diagnostics"},
     "estimators": {"estimators"},
-    "interface": {"cli", "_bench", "__init__"},
+    "interface": {"cli", "_bench", "distributed", "__init__"},
 }
 ORDER = list(LAYERS)
 LOCAL_IMPORTS_ALLOWED = {"bayesord.cli"}

@@ -1,0 +1,250 @@
+"""Fits spread over devices and processes, on JAX's own multi-device runtime.
+
+Two ways to use more than one device (``docs/scaleout.md`` has the guide):
+
+* **Rows over devices.**  :func:`fit_ordinal_probit` fits :class:`~bayesord.OrdinalProbit`
+  with its rows sharded over a 1-D mesh: each device holds ``n / devices`` rows, and per
+  Newton or evidence step the devices exchange sums of size O(d^2) (the compiled programs'
+  collectives are all-reduces of the Hessian, the gradient and a few scalars).  The result is
+  the single-device fit to rounding.  With several processes (hosts), each process passes
+  the rows it loaded; after :func:`initialize` the same call fits all of them together, and
+  every process returns the same model.
+* **Problems over devices.**  :func:`map_sharded` runs a batch of independent fits (a grid
+  of prior precisions or C values, bootstrap weights, cross-validation folds as 0/1 weights)
+  with the batch axis spread over the devices: each device fits its share, with no data
+  exchanged but the loop's stopping flags.
+
+A single process sees its CPU cores as one device; ``JAX_NUM_CPU_DEVICES=4`` (set before
+JAX starts) makes four, which is how the tests run this module on a 2-core machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import warnings
+
+import jax
+import numpy as np
+from jax.experimental import multihost_utils
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from ._probit import fit_probit
+from ._status import check_status
+from ._validation import check_sample_weight, check_X, encode_labels, float_dtype
+from .estimators import OrdinalProbit
+from .estimators._base import binary_columns, solver_tol
+
+__all__ = ["initialize", "row_mesh", "shard_rows", "fit_ordinal_probit", "map_sharded"]
+
+
+def initialize(coordinator_address: str, num_processes: int, process_id: int, **kwargs) -> None:
+    """Join a multi-process run: ``jax.distributed.initialize`` with CPU collectives.
+
+    Call it once in every process, before any other JAX computation.  On CPU it selects the
+    gloo collectives, without which processes cannot exchange sums; on GPU and TPU JAX's own
+    defaults apply.  Cluster managers that JAX detects (Slurm, Kubernetes with JobSet, Cloud
+    TPU) can instead call ``jax.distributed.initialize()`` with no arguments.
+
+    Args:
+        coordinator_address: ``"host:port"`` of process 0, reachable from every process.
+        num_processes: how many processes take part.
+        process_id: this process's index, 0 .. num_processes - 1.
+        **kwargs: passed to ``jax.distributed.initialize`` (e.g. ``initialization_timeout``).
+    """
+    if not 0 <= process_id < num_processes:
+        raise ValueError(f"process_id must be in 0..{num_processes - 1}, got {process_id}")
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(coordinator_address=coordinator_address, num_processes=num_processes,
+                               process_id=process_id, **kwargs)
+
+
+def row_mesh(devices=None, *, axis: str = "rows") -> Mesh:
+    """A 1-D mesh named ``axis`` over ``devices`` (default: every device of every process).
+
+    Its axis is ``Auto``; fits also accept meshes made with ``jax.make_mesh`` whose axes are
+    ``Explicit`` (see :mod:`bayesord._mesh`)."""
+    devices = jax.devices() if devices is None else list(devices)
+    if not devices:
+        raise ValueError("devices is empty")
+    return Mesh(np.asarray(devices), (axis,), axis_types=(jax.sharding.AxisType.Auto,))
+
+
+def _row_axis(mesh: Mesh, axis: str) -> str:
+    if axis not in mesh.axis_names:
+        raise ValueError(f"the mesh has axes {tuple(mesh.axis_names)}, not {axis!r}; pass axis= "
+                         "with the name of the axis to shard rows over")
+    return axis
+
+
+def _gather(values) -> np.ndarray:
+    """One row per process: ``values`` (a small NumPy array) from every process."""
+    values = np.asarray(values)
+    if jax.process_count() == 1:
+        return values[None]
+    return np.asarray(multihost_utils.process_allgather(values))
+
+
+def shard_rows(mesh: Mesh, X, y, weights=None, *, axis: str = "rows"):
+    """This process's rows, labels and weights, placed on ``mesh`` with the rows sharded.
+
+    Every process calls it with its own rows (a single process: all of them).  The rows
+    are padded, per process, to one count for all processes that is a multiple of the
+    process's shards of ``axis``, with copies of its first row of weight zero: they leave
+    every sum the models form unchanged, and the fit equals the fit of the rows given.
+
+    Args:
+        mesh: a mesh with the axis ``axis``.
+        X: (n_local, d) rows; y: (n_local,) integer labels; weights: (n_local,) or None
+            (ones).
+
+    Returns:
+        (X, y, weights) as global ``jax.Array``s of ``n_processes * n_padded`` rows.
+
+    Raises:
+        ValueError: arrays of different lengths, a process with no rows, or a mesh without
+            ``axis``.
+    """
+    axis = _row_axis(mesh, axis)
+    X, y = np.asarray(X), np.asarray(y)
+    weights = np.ones(X.shape[0], X.dtype) if weights is None else np.asarray(weights, X.dtype)
+    n = X.shape[0]
+    if y.shape[0] != n or weights.shape[0] != n:
+        raise ValueError(f"X, y and weights have different numbers of rows: {n}, {y.shape[0]}, "
+                         f"{weights.shape[0]}")
+    counts = _gather(np.array([n]))[:, 0]
+    if np.any(counts == 0):
+        raise ValueError(f"processes {np.flatnonzero(counts == 0).tolist()} have no rows; every "
+                         "process needs at least one")
+    # This process's shards of the row axis (other mesh axes, if any, hold copies).
+    dim = mesh.axis_names.index(axis)
+    shards = {np.unravel_index(i, mesh.devices.shape)[dim] for i, d in enumerate(mesh.devices.flat)
+              if d.process_index == jax.process_index()}
+    rows = math.ceil(int(counts.max()) / len(shards)) * len(shards)
+    pad = rows - n
+    parts = (np.concatenate([X, np.repeat(X[:1], pad, axis=0)]),
+             np.concatenate([y, np.repeat(y[:1], pad)]),
+             np.concatenate([weights, np.zeros(pad, weights.dtype)]))
+    out = []
+    for a in parts:
+        spec = PartitionSpec(axis, *([None] * (a.ndim - 1)))
+        shape = (rows * jax.process_count(), *a.shape[1:])
+        out.append(jax.make_array_from_process_local_data(NamedSharding(mesh, spec), a, shape))
+    return tuple(out)
+
+
+def _digest(value) -> np.ndarray:
+    """A short fingerprint of ``value``'s text, as int32s (equal on every process iff equal)."""
+    return np.frombuffer(hashlib.sha256(repr(value).encode()).digest()[:16], dtype=np.int32)
+
+
+def _replicated(tree):
+    """NumPy copies of a result whose arrays every device holds whole."""
+    return jax.tree_util.tree_map(lambda a: np.asarray(a.addressable_data(0)), tree)
+
+
+def fit_ordinal_probit(X, y, *, classes, sample_weight=None, mesh: Mesh | None = None,
+                       axis: str = "rows", **params) -> OrdinalProbit:
+    """Fit :class:`~bayesord.OrdinalProbit` with its rows sharded over ``mesh``.
+
+    Every process passes the rows it holds; all of them must call this together, with the
+    same ``classes`` and parameters.  The returned estimator is the same on every process
+    (its arrays are NumPy copies of the replicated result) and predicts, saves and
+    summarises like one fitted by ``OrdinalProbit(**params).fit``; its fit equals that one
+    on all the rows to rounding.
+
+    Args:
+        X: this process's rows, (n_local, d): an array or a DataFrame.
+        y: their labels.
+        classes: every label in increasing order (required: a process need not hold every
+            class, and labels must be coded alike everywhere).
+        sample_weight: optional non-negative weights of this process's rows.
+        mesh: a mesh with axis ``axis`` (default: :func:`row_mesh` over all devices); its
+            axes may be ``Auto`` or ``Explicit``.
+        axis: the mesh axis the rows are split over.
+        **params: ``OrdinalProbit``'s parameters (``class_weight`` excepted).
+
+    Raises:
+        ValueError: bad rows or labels (as ``OrdinalProbit.fit``), a class with no row of
+            positive weight on any process, processes that disagree on ``classes``, the
+            number of columns or the parameters, or ``class_weight``.
+    """
+    if params.get("class_weight") is not None:
+        raise ValueError("class_weight is not supported by fit_ordinal_probit: its class totals "
+                         "span processes; pass sample_weight instead")
+    model = OrdinalProbit(classes=classes, **params)
+    config = model._config()
+    mesh = row_mesh(axis=axis) if mesh is None else mesh
+    X, names = check_X(X)
+    codes, classes_ = encode_labels(y, classes, n=X.shape[0])
+    sw = check_sample_weight(sample_weight, X.shape[0])
+    alpha = model._alpha(X.shape[1])
+    agreed = _gather(np.concatenate([_digest((classes_.tolist(), sorted(params.items()))),
+                                     [X.shape[1]]]))
+    if np.any(agreed != agreed[0]):
+        raise ValueError("processes disagree on classes, parameters or the number of columns; "
+                         "pass the same classes= and parameters, and rows with the same columns, "
+                         "on every process")
+    present = _gather(np.bincount(codes[sw > 0], minlength=len(classes_))).sum(axis=0)
+    if np.any(present == 0):
+        missing = np.asarray(classes_)[present == 0].tolist()
+        raise ValueError(f"classes {missing} have no rows of positive weight on any process")
+    dtype = float_dtype()
+    Xs, ys, ws = shard_rows(mesh, X.astype(dtype), codes, sw.astype(dtype), axis=axis)
+    res = fit_probit(Xs, ys, ws, alpha.astype(dtype), solver_tol(model.tol, dtype), config=config,
+                     n_classes=len(classes_))
+    res = _replicated(res)
+    with warnings.catch_warnings():
+        if jax.process_index() != 0:
+            warnings.simplefilter("ignore")  # one process reports for all
+        check_status(res.status, "distributed.fit_ordinal_probit")
+    model.classes_ = classes_
+    model.n_features_in_ = X.shape[1]
+    if names is not None:
+        model.feature_names_in_ = names
+    model.binary_columns_ = _gather(binary_columns(X)).all(axis=0)
+    model._spec = None
+    model._set_result(res)
+    model.log_evidence_ = float(res.log_evidence)
+    model.n_iter_ = int(res.n_iter)
+    model.converged_ = bool(res.converged)
+    return model
+
+
+def map_sharded(fn, *batched, mesh: Mesh | None = None, axis: str = "rows"):
+    """``jax.vmap(fn)(*batched)`` with the batch spread over the devices of ``mesh``.
+
+    The batch (the first axis of every array in ``batched``) is padded to a multiple of the
+    devices by repeating its last entry, placed with that axis sharded, and run as one
+    compiled program; the padding is cut from the outputs.  Each device runs its share of
+    the batch: no data cross devices, only the flags of vmapped loops (a batch of
+    ``while_loop``s runs until every member has stopped).
+
+    Args:
+        fn: a function of one batch member's arrays, e.g.
+            ``lambda w: fit_probit(X, y, w, alpha, tol, config=..., n_classes=K)``
+            for bootstrap or cross-validation weights ``w``.
+        *batched: arrays (or pytrees of arrays) with the batch as their first axis.
+        mesh: a 1-D mesh (default: :func:`row_mesh` over this process's devices).
+        axis: the mesh axis the batch is split over.
+
+    Returns:
+        ``fn``'s outputs stacked over the batch, as NumPy arrays.
+    """
+    mesh = row_mesh(jax.local_devices(), axis=axis) if mesh is None else mesh
+    axis = _row_axis(mesh, axis)
+    leaves, tree = jax.tree_util.tree_flatten(batched)
+    if not leaves:
+        raise ValueError("map_sharded needs at least one batched array")
+    leaves = [np.asarray(a) for a in leaves]
+    size = leaves[0].shape[0] if leaves[0].ndim else 0
+    if size == 0 or any(a.ndim == 0 or a.shape[0] != size for a in leaves):
+        raise ValueError(f"batched arrays need one shared, non-empty first axis; got shapes "
+                         f"{[a.shape for a in leaves]}")
+    devices = mesh.shape[axis]
+    padded = math.ceil(size / devices) * devices
+    placed = [jax.device_put(np.concatenate([a, np.repeat(a[-1:], padded - size, axis=0)]),
+                             NamedSharding(mesh, PartitionSpec(axis, *([None] * (a.ndim - 1)))))
+              for a in leaves]
+    out = jax.jit(jax.vmap(fn))(*jax.tree_util.tree_unflatten(tree, placed))
+    return jax.tree_util.tree_map(lambda a: np.asarray(a)[:size], out)

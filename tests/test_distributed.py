@@ -1,0 +1,213 @@
+"""Fits with rows or problems sharded over devices (bayesord.distributed, bayesord._mesh).
+
+These need several devices: run them as CI does, with four CPU devices in each process,
+``JAX_NUM_CPU_DEVICES=4 python -m pytest -m multidevice``.  Without them they skip.
+References are the same fits on one device (to rounding: only the order of the sums
+changes), the compiled programs' own text (which collectives they run, on what sizes) and
+``memory_analysis`` (bytes per device).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+import pytest
+from jax.sharding import AxisType, NamedSharding, PartitionSpec
+
+from bayesord import OrdinalProbit, distributed, load_model
+from bayesord._probit import ProbitConfig, fit_probit
+
+DEVICES = 4
+pytestmark = [
+    pytest.mark.multidevice,
+    pytest.mark.skipif(jax.device_count() < DEVICES,
+                       reason=f"needs {DEVICES} devices: run with JAX_NUM_CPU_DEVICES={DEVICES}"),
+]
+COLLECTIVES = ("all-reduce", "all-gather", "all-to-all", "collective-permute", "reduce-scatter")
+
+
+def _raw_data(n, d=6, seed=0):
+    """Columns as they arrive: offsets up to 1e3, scales from 1e-2 to 1e2; four classes."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d)) * np.geomspace(1e-2, 1e2, d) + np.linspace(-50, 1e3, d)
+    z = (X - X.mean(0)) / X.std(0)
+    y = np.digitize(z @ rng.normal(size=d) + rng.normal(size=n), [-1.0, 0.0, 1.0]).astype(np.int32)
+    return X, y
+
+
+def _mesh(kind, devices=DEVICES):
+    types = (AxisType.Explicit,) if kind == "explicit" else (AxisType.Auto,)
+    return jax.make_mesh((devices,), ("rows",), axis_types=types, devices=jax.devices()[:devices])
+
+
+def _place(mesh, *arrays):
+    return [jax.device_put(a, NamedSharding(mesh, PartitionSpec("rows", *([None] * (a.ndim - 1)))))
+            for a in arrays]
+
+
+def _collectives(compiled):
+    """(op, element count) of every collective in a compiled program's text."""
+    found = []
+    for line in compiled.as_text().splitlines():
+        for op in COLLECTIVES:
+            match = re.search(rf"= (.*?) {op}(-start)?\(", line)
+            if match:
+                sizes = [np.prod([int(v) for v in dims.split(",") if v] or [1])
+                         for dims in re.findall(r"\[([\d,]*)\]", match.group(1))]
+                found.append((op, int(sum(sizes))))
+    return found
+
+
+@pytest.mark.parametrize("kind", ["auto", "explicit"])
+@pytest.mark.parametrize("mode", ["joint", "evidence"])
+def test_row_sharded_fit_equals_the_single_device_fit(mode, kind):
+    """Same arrays (1,004 rows: the last 6 weight zero), one device against four."""
+    X, y = _raw_data(1004)
+    w = np.concatenate([np.ones(998), np.zeros(6)])
+    config = ProbitConfig(thresholds=mode)
+    one = fit_probit(X, y, w, 1.0, 1e-10, config=config, n_classes=4)
+    mesh = _mesh(kind)
+    with jax.set_mesh(mesh):
+        many = fit_probit(*_place(mesh, X, y, w), 1.0, 1e-10, config=config, n_classes=4)
+    assert int(many.status) == 0 and int(many.n_iter) == int(one.n_iter)
+    for field in ("coef", "coef_cov", "thresholds", "thresholds_cov", "cross_cov", "alpha"):
+        np.testing.assert_allclose(getattr(many, field), getattr(one, field), rtol=1e-9, atol=1e-12,
+                                   err_msg=field)
+    # The rows of weight zero change nothing: the fit of the 998 rows alone.
+    alone = fit_probit(X[:998], y[:998], w[:998], 1.0, 1e-10, config=config, n_classes=4)
+    np.testing.assert_allclose(many.coef, alone.coef, rtol=1e-6)
+
+
+def test_estimator_over_devices_equals_ordinal_probit_and_round_trips(tmp_path):
+    """Raw DataFrame columns, text labels, 1,001 rows (padded to 1,004 over 4 devices)."""
+    X, y = _raw_data(1001, seed=1)
+    frame = pd.DataFrame(X, columns=[f"x{j}" for j in range(X.shape[1])])
+    labels = np.array(["low", "mid", "high", "top"])[y]
+    classes = ["low", "mid", "high", "top"]
+    ref = OrdinalProbit(classes=classes).fit(frame, labels)
+    model = distributed.fit_ordinal_probit(frame, labels, classes=classes)
+    assert model.converged_ and list(model.feature_names_in_) == list(frame.columns)
+    # Both stop within the evidence search's tolerance (the sums run in another order).
+    np.testing.assert_allclose(model.coef_, ref.coef_, rtol=1e-6)
+    np.testing.assert_allclose(model.predict_proba(frame), ref.predict_proba(frame), atol=1e-7)
+    lo, hi, _ = model.predict_proba_interval(frame[:50])
+    lo_ref, hi_ref, _ = ref.predict_proba_interval(frame[:50])
+    np.testing.assert_allclose(hi - lo, hi_ref - lo_ref, atol=1e-6)
+    model.save(tmp_path / "m.npz")
+    again = load_model(tmp_path / "m.npz")
+    np.testing.assert_array_equal(again.predict(frame), model.predict(frame))
+
+
+def test_communication_is_a_few_d_squared_sums_and_memory_falls_with_devices():
+    """The compiled fit's collectives are all-reduces of O(d^2) elements, never O(n) (an
+    all-gather of rows would show here), and its input bytes per device fall as 1/devices."""
+    n, d, k = 8192, 6, 4
+    X, y = _raw_data(n, d)
+    w = np.ones(n)
+    args = {}
+    for devices in (1, 2, 4):
+        mesh = _mesh("auto", devices)
+        placed = _place(mesh, X, y, w)
+        compiled = fit_probit.lower(*placed, 1.0, 1e-10, config=ProbitConfig(), n_classes=k).compile()
+        args[devices] = compiled.memory_analysis().argument_size_in_bytes
+        found = _collectives(compiled)
+        if devices > 1:
+            assert found and {op for op, _ in found} == {"all-reduce"}, found
+            assert max(size for _, size in found) <= 2 * (d + k) ** 2, found
+    full = X.nbytes + y.nbytes + w.nbytes
+    for devices, got in args.items():
+        assert full / devices <= got <= full / devices + 1024, (devices, got)
+
+
+def test_map_sharded_equals_vmap_and_exchanges_no_data():
+    """Five bootstrap fits (padded to eight over four devices) against jax.vmap on one."""
+    X, y = _raw_data(400, seed=2)
+    draws = np.random.default_rng(3).dirichlet(np.ones(400), size=5) * 400
+    config = ProbitConfig(thresholds="joint")
+
+    def one(w):
+        return fit_probit(X, y, w, 1.0, 1e-10, config=config, n_classes=4).coef
+
+    got = distributed.map_sharded(one, draws)
+    np.testing.assert_allclose(got, jax.vmap(one)(draws), rtol=1e-10)
+    mesh = distributed.row_mesh()
+    (placed,) = _place(mesh, np.concatenate([draws, draws[:3]]))
+    found = _collectives(jax.jit(jax.vmap(one)).lower(placed).compile())
+    # Only the loops' stopping flags and a few scalars per problem cross devices.
+    assert all(op == "all-reduce" and size <= 8 for op, size in found), found
+
+
+def test_bad_input_gets_a_clear_error():
+    X, y = _raw_data(200)
+    mesh = jax.make_mesh((DEVICES,), ("data",), axis_types=(AxisType.Auto,))
+    with pytest.raises(ValueError, match="not 'rows'"):
+        distributed.fit_ordinal_probit(X, y, classes=[0, 1, 2, 3], mesh=mesh)
+    with pytest.raises(ValueError, match=r"classes \[4\] have no rows"):
+        distributed.fit_ordinal_probit(X, y, classes=[0, 1, 2, 3, 4])
+    with pytest.raises(ValueError, match="class_weight"):
+        distributed.fit_ordinal_probit(X, y, classes=[0, 1, 2, 3], class_weight="balanced")
+    with pytest.raises(ValueError, match="different numbers of rows"):
+        distributed.shard_rows(distributed.row_mesh(), X, y[:10])
+    with pytest.raises(ValueError, match="one shared, non-empty first axis"):
+        distributed.map_sharded(jnp.sum, np.ones((3, 2)), np.ones((4, 2)))
+    other = jax.make_mesh((DEVICES,), ("data",), axis_types=(AxisType.Explicit,))
+    a, = _place(_mesh("explicit"), X[:100])
+    b = jax.device_put(y[:100], NamedSharding(other, PartitionSpec("data")))
+    with pytest.raises(ValueError, match="two different meshes"):
+        fit_probit(a, b, np.ones(100), 1.0, 1e-8, config=ProbitConfig(), n_classes=4)
+
+
+_WORKER = textwrap.dedent("""
+    import json, sys
+    import jax
+    import numpy as np
+    from bayesord import distributed
+    rank, port, data = int(sys.argv[1]), sys.argv[2], np.load(sys.argv[3])
+    distributed.initialize(f"127.0.0.1:{port}", 2, rank, initialization_timeout=60)
+    jax.config.update("jax_enable_x64", True)
+    rows = slice(0, 601) if rank == 0 else slice(601, None)  # uneven shares
+    model = distributed.fit_ordinal_probit(data["X"][rows], data["y"][rows], classes=[0, 1, 2, 3])
+    print("RESULT", json.dumps({"coef": model.coef_.tolist(), "n_iter": model.n_iter_,
+                                "devices": jax.device_count()}))
+""")
+
+
+def test_two_processes_fit_what_one_process_fits(tmp_path):
+    """Two processes of two CPU devices each, over 127.0.0.1 with gloo collectives."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    X, y = _raw_data(1001, seed=4)
+    np.savez(tmp_path / "data.npz", X=X, y=y)
+    script = tmp_path / "worker.py"
+    script.write_text(_WORKER)
+    env = {**os.environ, "JAX_NUM_CPU_DEVICES": "2"}
+    procs = [subprocess.Popen([sys.executable, str(script), str(rank), str(port),
+                               str(tmp_path / "data.npz")], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for rank in (0, 1)]
+    outs = []
+    try:
+        for p in procs:
+            outs.append(p.communicate(timeout=240)[0])
+    finally:
+        for p in procs:
+            p.kill()
+    results = []
+    for p, out in zip(procs, outs):
+        assert p.returncode == 0, out[-3000:]
+        line = [ln for ln in out.splitlines() if ln.startswith("RESULT ")]
+        results.append(json.loads(line[-1][len("RESULT "):]))
+    ref = distributed.fit_ordinal_probit(X, y, classes=[0, 1, 2, 3])
+    assert results[0] == results[1] and results[0]["devices"] == 4
+    np.testing.assert_allclose(results[0]["coef"], ref.coef_, rtol=1e-6)
