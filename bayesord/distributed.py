@@ -12,7 +12,7 @@ Two ways to use more than one device (``docs/scaleout.md`` has the guide):
 * **Problems over devices.**  :func:`map_sharded` runs a batch of independent fits (a grid
   of prior precisions or C values, bootstrap weights, cross-validation folds as 0/1 weights)
   with the batch axis spread over the devices: each device fits its share, with no data
-  exchanged but the loop's stopping flags.
+  exchanged but the loops' stopping flags.
 
 A single process sees its CPU cores as one device; ``JAX_NUM_CPU_DEVICES=4`` (set before
 JAX starts) makes four, which is how the tests run this module on a 2-core machine.
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 import warnings
 
 import jax
@@ -35,7 +36,11 @@ from ._validation import check_sample_weight, check_X, encode_labels, float_dtyp
 from .estimators import OrdinalProbit
 from .estimators._base import binary_columns, solver_tol
 
-__all__ = ["initialize", "row_mesh", "shard_rows", "fit_ordinal_probit", "map_sharded"]
+__all__ = ["initialize", "row_mesh", "shard_rows", "fit_ordinal_probit", "map_sharded", "collectives"]
+
+COLLECTIVE_OPS = ("all-reduce", "all-gather", "all-to-all", "collective-permute", "reduce-scatter")
+_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4,
+          "f32": 4, "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16}
 
 
 def initialize(coordinator_address: str, num_processes: int, process_id: int, **kwargs) -> None:
@@ -211,7 +216,7 @@ def fit_ordinal_probit(X, y, *, classes, sample_weight=None, mesh: Mesh | None =
     return model
 
 
-def map_sharded(fn, *batched, mesh: Mesh | None = None, axis: str = "rows"):
+def map_sharded(fn, *batched, mesh: Mesh | None = None, axis: str = "rows", vmap: bool = True):
     """``jax.vmap(fn)(*batched)`` with the batch spread over the devices of ``mesh``.
 
     The batch (the first axis of every array in ``batched``) is padded to a multiple of the
@@ -227,9 +232,14 @@ def map_sharded(fn, *batched, mesh: Mesh | None = None, axis: str = "rows"):
         *batched: arrays (or pytrees of arrays) with the batch as their first axis.
         mesh: a 1-D mesh (default: :func:`row_mesh` over this process's devices).
         axis: the mesh axis the batch is split over.
+        vmap: False when ``fn`` takes the whole batch itself, as the fits that solve grids
+            of settings do (``fit_npsvor`` with a vector of C values and a matrix of fold
+            weights): it then runs on the sharded batch as it is.  Wrapping such a fit in
+            ``vmap`` makes its batched loops run every branch of their conditionals
+            (30x slower for the NPSVOR grid of ``benchmarks/scaleout_bench.py``).
 
     Returns:
-        ``fn``'s outputs stacked over the batch, as NumPy arrays.
+        ``fn``'s outputs for the batch (first axis), as NumPy arrays.
     """
     mesh = row_mesh(jax.local_devices(), axis=axis) if mesh is None else mesh
     axis = _row_axis(mesh, axis)
@@ -246,5 +256,21 @@ def map_sharded(fn, *batched, mesh: Mesh | None = None, axis: str = "rows"):
     placed = [jax.device_put(np.concatenate([a, np.repeat(a[-1:], padded - size, axis=0)]),
                              NamedSharding(mesh, PartitionSpec(axis, *([None] * (a.ndim - 1)))))
               for a in leaves]
-    out = jax.jit(jax.vmap(fn))(*jax.tree_util.tree_unflatten(tree, placed))
+    out = jax.jit(jax.vmap(fn) if vmap else fn)(*jax.tree_util.tree_unflatten(tree, placed))
     return jax.tree_util.tree_map(lambda a: np.asarray(a)[:size], out)
+
+
+def collectives(compiled) -> list[tuple[str, int]]:
+    """The collectives of a compiled program and the bytes each moves: ``(op, bytes)`` for
+    every all-reduce, all-gather, all-to-all, collective permute and reduce-scatter in its
+    text (``jax.jit(f).lower(...).compile()``), each counted once (an op inside a loop runs
+    once per iteration).  The bytes are those of the op's result per device."""
+    found = []
+    for line in compiled.as_text().splitlines():
+        for op in COLLECTIVE_OPS:
+            match = re.search(rf"= (.*?) {op}(?:-start)?\(", line)
+            if match:
+                size = sum(_BYTES[dtype] * math.prod(int(v) for v in dims.split(",") if v)
+                           for dtype, dims in re.findall(r"\b([a-z]+\d*)\[([\d,]*)\]", match.group(1)))
+                found.append((op, size))
+    return found

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -25,7 +24,10 @@ import pytest
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
 from bayesord import OrdinalProbit, distributed, load_model
-from bayesord._probit import ProbitConfig, fit_probit
+from bayesord._sparse import to_padded_rows
+from bayesord.datasets import kfold_masks
+from bayesord._npsvor import NPSVORConfig, fit_npsvor
+from bayesord._probit import _PILOT_MIN_ROWS, _SCALE_ROWS, ProbitConfig, fit_probit
 
 DEVICES = 4
 pytestmark = [
@@ -33,7 +35,6 @@ pytestmark = [
     pytest.mark.skipif(jax.device_count() < DEVICES,
                        reason=f"needs {DEVICES} devices: run with JAX_NUM_CPU_DEVICES={DEVICES}"),
 ]
-COLLECTIVES = ("all-reduce", "all-gather", "all-to-all", "collective-permute", "reduce-scatter")
 
 
 def _raw_data(n, d=6, seed=0):
@@ -53,19 +54,6 @@ def _mesh(kind, devices=DEVICES):
 def _place(mesh, *arrays):
     return [jax.device_put(a, NamedSharding(mesh, PartitionSpec("rows", *([None] * (a.ndim - 1)))))
             for a in arrays]
-
-
-def _collectives(compiled):
-    """(op, element count) of every collective in a compiled program's text."""
-    found = []
-    for line in compiled.as_text().splitlines():
-        for op in COLLECTIVES:
-            match = re.search(rf"= (.*?) {op}(-start)?\(", line)
-            if match:
-                sizes = [np.prod([int(v) for v in dims.split(",") if v] or [1])
-                         for dims in re.findall(r"\[([\d,]*)\]", match.group(1))]
-                found.append((op, int(sum(sizes))))
-    return found
 
 
 @pytest.mark.parametrize("kind", ["auto", "explicit"])
@@ -109,22 +97,26 @@ def test_estimator_over_devices_equals_ordinal_probit_and_round_trips(tmp_path):
 
 
 def test_communication_is_a_few_d_squared_sums_and_memory_falls_with_devices():
-    """The compiled fit's collectives are all-reduces of O(d^2) elements, never O(n) (an
-    all-gather of rows would show here), and its input bytes per device fall as 1/devices."""
-    n, d, k = 8192, 6, 4
+    """The compiled fit's all-reduces move O(d^2) numbers, never O(n) (an all-gather of rows
+    would show here), and its input bytes per device fall as 1/devices.  At this n the fit
+    starts from a pilot fit on a strided subsample of ``_SCALE_ROWS`` rows, which is the
+    one thing gathered: at most ``_SCALE_ROWS (d + 2)`` numbers once, whatever n is."""
+    n, d, k = 40960, 6, 4
     X, y = _raw_data(n, d)
     w = np.ones(n)
     args = {}
-    for devices in (1, 2, 4):
+    for devices in (2, 4):
         mesh = _mesh("auto", devices)
         placed = _place(mesh, X, y, w)
         compiled = fit_probit.lower(*placed, 1.0, 1e-10, config=ProbitConfig(), n_classes=k).compile()
         args[devices] = compiled.memory_analysis().argument_size_in_bytes
-        found = _collectives(compiled)
-        if devices > 1:
-            assert found and {op for op, _ in found} == {"all-reduce"}, found
-            assert max(size for _, size in found) <= 2 * (d + k) ** 2, found
+        found = distributed.collectives(compiled)
+        reduces = [size for op, size in found if op == "all-reduce"]
+        assert reduces and max(reduces) <= 2 * 8 * (d + k) ** 2, found
+        others = sum(size for op, size in found if op != "all-reduce")
+        assert others <= 8 * _SCALE_ROWS * (d + 2), found
     full = X.nbytes + y.nbytes + w.nbytes
+    assert n >= _PILOT_MIN_ROWS
     for devices, got in args.items():
         assert full / devices <= got <= full / devices + 1024, (devices, got)
 
@@ -142,9 +134,26 @@ def test_map_sharded_equals_vmap_and_exchanges_no_data():
     np.testing.assert_allclose(got, jax.vmap(one)(draws), rtol=1e-10)
     mesh = distributed.row_mesh()
     (placed,) = _place(mesh, np.concatenate([draws, draws[:3]]))
-    found = _collectives(jax.jit(jax.vmap(one)).lower(placed).compile())
-    # Only the loops' stopping flags and a few scalars per problem cross devices.
+    found = distributed.collectives(jax.jit(jax.vmap(one)).lower(placed).compile())
+    # Only the loops' stopping flags cross devices.
     assert all(op == "all-reduce" and size <= 8 for op, size in found), found
+
+
+def test_map_sharded_over_a_fit_that_batches_itself():
+    """An NPSVOR grid (3 values of C x 2 folds, padded to 8) placed over four devices and
+    solved by fit_npsvor's own batching (vmap=False) gives the unsharded grid's answer."""
+    X, y = _raw_data(300, seed=5)
+    X = (X - X.mean(0)) / X.std(0)
+    rows = to_padded_rows(X)
+    config = NPSVORConfig(n_features=X.shape[1])
+    C = np.repeat([0.1, 1.0, 10.0], 2)
+    W = np.tile(kfold_masks(y, 2, seed=0).astype(float), (3, 1))
+
+    def grid(c, w):
+        return fit_npsvor(rows, y, 4, c, c, 0.1, 0.1, jax.random.key(0), config, sample_weight=w).coef
+
+    got = distributed.map_sharded(grid, C, W, vmap=False)
+    np.testing.assert_allclose(got, grid(C, W), rtol=1e-12, atol=1e-14)
 
 
 def test_bad_input_gets_a_clear_error():
