@@ -43,13 +43,14 @@ _BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, 
           "f32": 4, "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16}
 
 
-def initialize(coordinator_address: str, num_processes: int, process_id: int, **kwargs) -> None:
+def initialize(coordinator_address: str | None = None, num_processes: int | None = None,
+               process_id: int | None = None, **kwargs) -> None:
     """Join a multi-process run: ``jax.distributed.initialize`` with CPU collectives.
 
     Call it once in every process, before any other JAX computation.  On CPU it selects the
     gloo collectives, without which processes cannot exchange sums; on GPU and TPU JAX's own
-    defaults apply.  Cluster managers that JAX detects (Slurm, Kubernetes with JobSet, Cloud
-    TPU) can instead call ``jax.distributed.initialize()`` with no arguments.
+    defaults apply.  Without arguments, JAX reads the three values from the cluster manager
+    it detects (Slurm, Open MPI, Kubernetes with JobSet, Cloud TPU).
 
     Args:
         coordinator_address: ``"host:port"`` of process 0, reachable from every process.
@@ -57,7 +58,7 @@ def initialize(coordinator_address: str, num_processes: int, process_id: int, **
         process_id: this process's index, 0 .. num_processes - 1.
         **kwargs: passed to ``jax.distributed.initialize`` (e.g. ``initialization_timeout``).
     """
-    if not 0 <= process_id < num_processes:
+    if num_processes is not None and process_id is not None and not 0 <= process_id < num_processes:
         raise ValueError(f"process_id must be in 0..{num_processes - 1}, got {process_id}")
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(coordinator_address=coordinator_address, num_processes=num_processes,

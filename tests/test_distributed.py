@@ -167,6 +167,8 @@ def test_bad_input_gets_a_clear_error():
         distributed.fit_ordinal_probit(X, y, classes=[0, 1, 2, 3], class_weight="balanced")
     with pytest.raises(ValueError, match="different numbers of rows"):
         distributed.shard_rows(distributed.row_mesh(), X, y[:10])
+    with pytest.raises(ValueError, match="process_id must be in 0..1"):
+        distributed.initialize("127.0.0.1:1", 2, 5)
     with pytest.raises(ValueError, match="one shared, non-empty first axis"):
         distributed.map_sharded(jnp.sum, np.ones((3, 2)), np.ones((4, 2)))
     other = jax.make_mesh((DEVICES,), ("data",), axis_types=(AxisType.Explicit,))
