@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 import pytest
+import scipy.sparse as sp
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
 from bayesord import OrdinalProbit, distributed, load_model
@@ -56,8 +57,8 @@ def _place(mesh, *arrays):
             for a in arrays]
 
 
-@pytest.mark.parametrize("kind", ["auto", "explicit"])
-@pytest.mark.parametrize("mode", ["joint", "evidence"])
+# Explicit axes run the automatic program (bayesord._mesh): one mode checks that path.
+@pytest.mark.parametrize("mode, kind", [("joint", "auto"), ("evidence", "auto"), ("joint", "explicit")])
 def test_row_sharded_fit_equals_the_single_device_fit(mode, kind):
     """Same arrays (1,004 rows: the last 6 weight zero), one device against four."""
     X, y = _raw_data(1004)
@@ -108,7 +109,10 @@ def test_communication_is_a_few_d_squared_sums_and_memory_falls_with_devices():
     for devices in (2, 4):
         mesh = _mesh("auto", devices)
         placed = _place(mesh, X, y, w)
-        compiled = fit_probit.lower(*placed, 1.0, 1e-10, config=ProbitConfig(), n_classes=k).compile()
+        # The joint fit: the Newton step that the evidence fit repeats (evidence adds its
+        # gradient's all-reduce of two d x d blocks, measured in benchmarks/scaleout_bench.py).
+        compiled = fit_probit.lower(*placed, 1.0, 1e-10, config=ProbitConfig(thresholds="joint"),
+                                    n_classes=k).compile()
         args[devices] = compiled.memory_analysis().argument_size_in_bytes
         found = distributed.collectives(compiled)
         reduces = [size for op, size in found if op == "all-reduce"]
@@ -167,6 +171,8 @@ def test_bad_input_gets_a_clear_error():
         distributed.fit_ordinal_probit(X, y, classes=[0, 1, 2, 3], class_weight="balanced")
     with pytest.raises(ValueError, match="different numbers of rows"):
         distributed.shard_rows(distributed.row_mesh(), X, y[:10])
+    with pytest.raises(TypeError, match="sparse"):
+        distributed.fit_ordinal_probit(sp.csr_matrix(X), y, classes=[0, 1, 2, 3])
     with pytest.raises(ValueError, match="process_id must be in 0..1"):
         distributed.initialize("127.0.0.1:1", 2, 5)
     with pytest.raises(ValueError, match="one shared, non-empty first axis"):
@@ -188,13 +194,20 @@ _WORKER = textwrap.dedent("""
     jax.config.update("jax_enable_x64", True)
     rows = slice(0, 601) if rank == 0 else slice(601, None)  # uneven shares
     model = distributed.fit_ordinal_probit(data["X"][rows], data["y"][rows], classes=[0, 1, 2, 3])
+    try:  # process 1 names the classes in another order
+        distributed.fit_ordinal_probit(data["X"][rows], data["y"][rows],
+                                       classes=[0, 1, 2, 3] if rank == 0 else [0, 2, 1, 3])
+        refused = ""
+    except ValueError as err:
+        refused = str(err)
     print("RESULT", json.dumps({"coef": model.coef_.tolist(), "n_iter": model.n_iter_,
-                                "devices": jax.device_count()}))
+                                "devices": jax.device_count(), "refused": refused}))
 """)
 
 
 def test_two_processes_fit_what_one_process_fits(tmp_path):
-    """Two processes of two CPU devices each, over 127.0.0.1 with gloo collectives."""
+    """Two processes of two CPU devices each, over 127.0.0.1 with gloo collectives; then
+    both refuse a fit in which they disagree on the order of the classes."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -221,4 +234,5 @@ def test_two_processes_fit_what_one_process_fits(tmp_path):
         results.append(json.loads(line[-1][len("RESULT "):]))
     ref = distributed.fit_ordinal_probit(X, y, classes=[0, 1, 2, 3])
     assert results[0] == results[1] and results[0]["devices"] == 4
+    assert "processes disagree on classes" in results[0]["refused"]
     np.testing.assert_allclose(results[0]["coef"], ref.coef_, rtol=1e-6)
