@@ -261,11 +261,14 @@ def map_sharded(fn, *batched, mesh: Mesh | None = None, axis: str = "rows", vmap
     return jax.tree_util.tree_map(lambda a: np.asarray(a)[:size], out)
 
 
-def collectives(compiled) -> list[tuple[str, int]]:
-    """The collectives of a compiled program and the bytes each moves: ``(op, bytes)`` for
-    every all-reduce, all-gather, all-to-all, collective permute and reduce-scatter in its
-    text (``jax.jit(f).lower(...).compile()``), each counted once (an op inside a loop runs
-    once per iteration).  The bytes are those of the op's result per device."""
+def collectives(compiled) -> list[tuple[str, int, bool]]:
+    """The collectives of a compiled program and the bytes each moves.
+
+    Returns ``(op, bytes, in_loop)`` for every all-reduce, all-gather, all-to-all,
+    collective permute and reduce-scatter in the program's text
+    (``jax.jit(f).lower(...).compile()``), each counted once; ``in_loop`` when the op comes
+    from the body of a ``while_loop`` (it runs once per iteration), read from the op's
+    source metadata.  The bytes are those of the op's result on one device."""
     found = []
     for line in compiled.as_text().splitlines():
         for op in COLLECTIVE_OPS:
@@ -273,5 +276,6 @@ def collectives(compiled) -> list[tuple[str, int]]:
             if match:
                 size = sum(_BYTES[dtype] * math.prod(int(v) for v in dims.split(",") if v)
                            for dtype, dims in re.findall(r"\b([a-z]+\d*)\[([\d,]*)\]", match.group(1)))
-                found.append((op, size))
+                source = re.search(r'op_name="([^"]*)"', line)
+                found.append((op, size, bool(source) and "while/body" in source.group(1)))
     return found

@@ -9,13 +9,21 @@ the times here measure compilation and overhead, not speed-up: no scaling is cla
   their largest entry), input bytes per device and temporary bytes per device
   (``memory_analysis``), the all-reduces in the compiled program (count, bytes of each op
   once, the largest), compile time, and the run time after compilation.
+* **ISBOR, rows sharded** (``--isbor-rows``, default 2 x 10^5 x 11, every row a candidate,
+  the candidate arrays replicated): compiled at that size for bytes per device and
+  collectives, and run at 2,000 rows for agreement with one device (relevance set and
+  weights).
 * **NPSVOR grid, problems sharded** (Treebank, 11 values of C x 5 folds as 0/1 weights,
   :func:`bayesord.distributed.map_sharded` with ``vmap=False``): difference from the same
   grid solved in one batched call without a mesh, its collectives, compile and run time
   (and the unsharded call's run time).  Skipped without the shared data.
 
-Run: ``python benchmarks/scaleout_bench.py`` (``--quick``: 2 x 10^5 rows, the grid's
-first 3 values of C).  Prints a table and writes ``benchmarks/results/scaleout.json``.
+Collectives are read from the compiled program (:func:`bayesord.distributed.collectives`):
+``loop_bytes`` sums the ops in loop bodies, each once (one pass of every loop),
+``once_bytes`` the others.
+
+Run: ``python benchmarks/scaleout_bench.py`` (``--quick``: 2 x 10^5 probit rows, 5 x 10^4
+ISBOR rows, the grid's first 3 values of C; ``--only probit,isbor,npsvor`` picks parts).  Prints a table and writes ``benchmarks/results/scaleout.json``.
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ sys.path.insert(0, str(HERE))
 from _common import machine, print_table, write_json  # noqa: E402
 
 from bayesord import distributed  # noqa: E402
+from bayesord._isbor import ISBORConfig, fit_isbor  # noqa: E402
 from bayesord._npsvor import NPSVORConfig, fit_npsvor  # noqa: E402
 from bayesord._probit import ProbitConfig, fit_probit  # noqa: E402
 from bayesord._sparse import to_padded_rows  # noqa: E402
@@ -59,9 +68,13 @@ def _timed(fn):
 
 
 def _comms(compiled):
+    """Collectives of a compiled program: kinds, count, bytes of the ops in loop bodies
+    (each once: what one pass of every loop exchanges) and of the others (once per call)."""
     found = distributed.collectives(compiled)
-    return {"collectives": sorted({op for op, _ in found}), "n_collectives": len(found),
-            "collective_bytes": sum(b for _, b in found), "largest_collective_bytes": max((b for _, b in found), default=0)}
+    return {"collectives": sorted({op for op, _, _ in found}), "n_collectives": len(found),
+            "loop_bytes": sum(b for _, b, loop in found if loop),
+            "once_bytes": sum(b for _, b, loop in found if not loop),
+            "largest_loop_bytes": max((b for _, b, loop in found if loop), default=0)}
 
 
 def probit_rows(n, d, rows):
@@ -83,6 +96,36 @@ def probit_rows(n, d, rows):
         mem = compiled.memory_analysis()
         rows.append({"task": f"probit {n}x{d}", "devices": k, "max_rel_diff": float(np.max(np.abs(coef - base)) / np.max(np.abs(base))),
                      "n_iter": int(res.n_iter), "status": int(res.status),
+                     "arg_MB_per_device": mem.argument_size_in_bytes / 1e6,
+                     "temp_MB_per_device": mem.temp_size_in_bytes / 1e6,
+                     **_comms(compiled), "compile_s": compile_s, "run_s": run_s})
+        print_table(rows[-1:], list(rows[-1]))
+
+
+def isbor_rows(n, rows):
+    """ISBOR with rows sharded, candidates (every row) replicated: compiled only at ``n``
+    (bytes per device, collectives), and run at 2,000 rows for agreement."""
+    d = 11
+    X, y, _ = make_ordinal_probit(n, d, 5, seed=1)
+    config = ISBORConfig(n_classes=5)
+    small = ISBORConfig(n_classes=5, capacity=32, max_iter=60)
+    m = 2000
+    base = None
+    for k in DEVICE_COUNTS:
+        mesh = distributed.row_mesh(jax.devices()[:k])
+        put = lambda a: jax.device_put(a, NamedSharding(mesh, PartitionSpec("rows", *([None] * (a.ndim - 1)))))
+        cand = lambda size: (np.arange(size, dtype=np.int32), np.ones(size, bool), jax.random.key(0), 1.0 / d)
+        t = time.perf_counter()
+        compiled = fit_isbor.lower(put(X), put(y.astype(np.int32)), put(np.ones(n)), *cand(n), config=config).compile()
+        compile_s = time.perf_counter() - t
+        mem = compiled.memory_analysis()
+        res, run_s = _timed(lambda: fit_isbor(put(X[:m]), put(y[:m].astype(np.int32)), put(np.ones(m)), *cand(m),
+                                               config=small))
+        w = np.asarray(res.w)
+        base = (np.asarray(res.relevance_index), w) if base is None else base
+        rows.append({"task": f"ISBOR {n}x{d} (runs: {m} rows)", "devices": k,
+                     "max_rel_diff": float(np.max(np.abs(w - base[1])) / np.max(np.abs(base[1]))),
+                     "same_relevance_set": bool(np.array_equal(np.asarray(res.relevance_index), base[0])),
                      "arg_MB_per_device": mem.argument_size_in_bytes / 1e6,
                      "temp_MB_per_device": mem.temp_size_in_bytes / 1e6,
                      **_comms(compiled), "compile_s": compile_s, "run_s": run_s})
@@ -135,15 +178,20 @@ def main():
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--rows", type=int, default=None, help="probit rows (default 10^6; --quick 2x10^5)")
     parser.add_argument("--features", type=int, default=20)
-    parser.add_argument("--no-npsvor", action="store_true")
+    parser.add_argument("--isbor-rows", type=int, default=None, help="ISBOR rows (default 2x10^5; --quick 5x10^4)")
+    parser.add_argument("--only", default="probit,isbor,npsvor", help="comma-separated parts to run")
     args = parser.parse_args()
     n = args.rows or (200_000 if args.quick else 1_000_000)
+    parts = set(args.only.split(","))
     rows = []
-    probit_rows(n, args.features, rows)
-    if not args.no_npsvor:
+    if "probit" in parts:
+        probit_rows(n, args.features, rows)
+    if "isbor" in parts:
+        isbor_rows(args.isbor_rows or (50_000 if args.quick else 200_000), rows)
+    if "npsvor" in parts:
         npsvor_grid(args.quick, rows)
     columns = ["task", "devices", "max_rel_diff", "arg_MB_per_device", "temp_MB_per_device", "n_collectives",
-               "collective_bytes", "largest_collective_bytes", "compile_s", "run_s", "unsharded_run_s"]
+               "loop_bytes", "once_bytes", "largest_loop_bytes", "compile_s", "run_s", "unsharded_run_s"]
     print()
     print_table(rows, columns)
     write_json("scaleout", {"machine": machine(), "jax": jax.__version__, "devices": jax.device_count(),

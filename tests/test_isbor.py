@@ -110,12 +110,12 @@ def test_fast_S_Q_equal_direct_C_inverse(state):
         np.testing.assert_allclose(a * Q[j] / (a - S[j]), q_direct, rtol=1e-6)
 
 
-@pytest.mark.parametrize("n", [7, 16384, 20001, 5 * 4096])
-def test_weighted_sq_rows_equals_numpy(n):
-    """Rows longer than the chunking threshold (and lengths that are not a multiple of the
-    chunk, whose last chunk overlaps the previous one) give the plain weighted sum."""
+@pytest.mark.parametrize("b, n", [(3, 7), (32, 16384), (32, 20001), (3, 20001), (48, 5 * 4096)])
+def test_weighted_sq_rows_equals_numpy(b, n):
+    """Short rows, long rows summed in blocks of rows (row counts that are and are not a
+    multiple of the block) give the plain weighted sum."""
     rng = np.random.default_rng(n)
-    K, h = rng.normal(size=(3, n)), rng.random(n)
+    K, h = rng.normal(size=(b, n)), rng.random(n)
     np.testing.assert_allclose(np.asarray(jax.jit(weighted_sq_rows)(jnp.asarray(K), jnp.asarray(h))),
                                (K**2 * h).sum(axis=1), rtol=1e-12)
 
