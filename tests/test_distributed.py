@@ -9,6 +9,7 @@ changes), the compiled programs' own text (which collectives they run, on what s
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -24,7 +25,7 @@ import pytest
 import scipy.sparse as sp
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
-from bayesord import OrdinalProbit, distributed, load_model
+from bayesord import OrdinalProbit, _progress, distributed, load_model
 from bayesord._sparse import to_padded_rows
 from bayesord.datasets import kfold_masks
 from bayesord._isbor import ISBORConfig, fit_isbor
@@ -162,8 +163,9 @@ def test_map_sharded_over_a_fit_that_batches_itself():
     np.testing.assert_allclose(got, grid(C, W), rtol=1e-12, atol=1e-14)
 
 
-def test_isbor_with_rows_over_devices_selects_what_one_device_selects():
-    """ISBOR with rows (and weights) sharded over four devices, candidates replicated."""
+def test_isbor_with_rows_over_devices_selects_what_one_device_selects(monkeypatch):
+    """ISBOR with rows (and weights) sharded over four devices, candidates replicated; its
+    progress line is written once per iteration, not once per device."""
     X, y = _raw_data(1200, d=4, seed=6)
     config = ISBORConfig(n_classes=4, capacity=16, max_iter=40)
     cand = np.arange(1200, dtype=np.int32)
@@ -171,7 +173,11 @@ def test_isbor_with_rows_over_devices_selects_what_one_device_selects():
     one = fit_isbor(X, y, *args, config=config)
     mesh = _mesh("auto")
     Xs, ys, ws = _place(mesh, X, y, args[0])
-    many = fit_isbor(Xs, ys, ws, *args[1:], config=config)
+    lines = []
+    monkeypatch.setattr(_progress, "_write", lambda text, final, throttle=True: lines.append(text))
+    many = jax.block_until_ready(fit_isbor(Xs, ys, ws, *args[1:],
+                                           config=dataclasses.replace(config, progress=True)))
+    assert len(lines) == int(many.n_iter) + 1, lines  # one per iteration and the final line
     np.testing.assert_array_equal(many.relevance_index, one.relevance_index)
     assert int(many.n_iter) == int(one.n_iter)
     # The threshold steps stop on the evidence's change (min_delta); sums in another order
