@@ -101,10 +101,11 @@ def test_estimator_over_devices_equals_ordinal_probit_and_round_trips(tmp_path):
 
 
 def test_communication_is_a_few_d_squared_sums_and_memory_falls_with_devices():
-    """The compiled fit's all-reduces move O(d^2) numbers, never O(n) (an all-gather of rows
-    would show here), and its input bytes per device fall as 1/devices.  At this n the fit
-    starts from a pilot fit on a strided subsample of ``_SCALE_ROWS`` rows, which is the
-    one thing gathered: at most ``_SCALE_ROWS (d + 2)`` numbers once, whatever n is."""
+    """In its loops the compiled fit exchanges all-reduces of O(d^2) numbers, never O(n) (an
+    all-gather of rows would show here), and its input bytes per device fall as 1/devices.
+    At this n the fit starts from a pilot fit on a strided subsample of ``_SCALE_ROWS``
+    rows, the one thing collected outside the loops: at most ``_SCALE_ROWS (d + 2)``
+    numbers once, whatever n is."""
     n, d, k = 40960, 6, 4
     X, y = _raw_data(n, d)
     w = np.ones(n)
@@ -118,11 +119,12 @@ def test_communication_is_a_few_d_squared_sums_and_memory_falls_with_devices():
                                     n_classes=k).compile()
         args[devices] = compiled.memory_analysis().argument_size_in_bytes
         found = distributed.collectives(compiled)
-        reduces = [size for op, size, _ in found if op == "all-reduce"]
-        assert reduces and max(reduces) <= 2 * 8 * (d + k) ** 2, found
-        others = [(size, in_loop) for op, size, in_loop in found if op != "all-reduce"]
-        assert sum(size for size, _ in others) <= 8 * _SCALE_ROWS * (d + 2), found
-        assert not any(in_loop for _, in_loop in others), found
+        in_loops = [(op, size) for op, size, in_loop in found if in_loop]
+        assert in_loops and all(op == "all-reduce" and size <= 2 * 8 * (d + k) ** 2
+                                for op, size in in_loops), found
+        # Once per fit: the pilot's subsample (an all-gather or, with jax 0.8, all-reduces).
+        once = sum(size for _, size, in_loop in found if not in_loop)
+        assert once <= 8 * _SCALE_ROWS * (d + 2), found
     full = X.nbytes + y.nbytes + w.nbytes
     assert n >= _PILOT_MIN_ROWS
     for devices, got in args.items():
@@ -176,9 +178,11 @@ def test_isbor_with_rows_over_devices_selects_what_one_device_selects(monkeypatc
     Xs, ys, ws = _place(mesh, X, y, args[0])
     lines = []
     monkeypatch.setattr(_progress, "_write", lambda text, final, throttle=True: lines.append(text))
-    many = jax.block_until_ready(fit_isbor(Xs, ys, ws, *args[1:],
-                                           config=dataclasses.replace(config, progress=True)))
-    assert len(lines) == int(many.n_iter) + 1, lines  # one per iteration and the final line
+    many = fit_isbor(Xs, ys, ws, *args[1:], config=dataclasses.replace(config, progress=True))
+    jax.effects_barrier()  # host callbacks may still be running
+    # One per iteration and the final line (jax 0.8 drops the final one, on one device too);
+    # four devices writing would give four times as many.
+    assert int(many.n_iter) <= len(lines) <= int(many.n_iter) + 1, lines
     np.testing.assert_array_equal(many.relevance_index, one.relevance_index)
     assert int(many.n_iter) == int(one.n_iter)
     # The threshold steps stop on the evidence's change (min_delta); sums in another order
