@@ -5,8 +5,8 @@ Two ways to use more than one device (``docs/scaleout.md`` has the guide):
 * **Rows over devices.**  :func:`fit_ordinal_probit` fits :class:`~bayesord.OrdinalProbit`
   with its rows sharded over a 1-D mesh: each device holds ``n / devices`` rows, and per
   Newton or evidence step the devices exchange sums of size O(d^2) (the compiled programs'
-  collectives are all-reduces of the Hessian, the gradient and a few scalars).  The result is
-  the single-device fit to rounding.  With several processes (hosts), each process passes
+  collectives are all-reduces of the Hessian, the gradient and a few scalars).  On the same
+  rows the sharded fit equals the single-device fit to rounding.  With several processes (hosts), each process passes
   the rows it loaded; after :func:`initialize` the same call fits all of them together, and
   every process returns the same model.
 * **Problems over devices.**  :func:`map_sharded` runs a batch of independent fits (a grid
@@ -20,6 +20,7 @@ JAX starts) makes four, which is how the tests run this module on a 2-core machi
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import re
@@ -156,8 +157,10 @@ def fit_ordinal_probit(X, y, *, classes, sample_weight=None, mesh: Mesh | None =
     Every process passes the rows it holds; all of them must call this together, with the
     same ``classes`` and parameters.  The returned estimator is the same on every process
     (its arrays are NumPy copies of the replicated result) and predicts, saves and
-    summarises like one fitted by ``OrdinalProbit(**params).fit``; its fit equals that one
-    on all the rows to rounding.
+    summarises like one fitted by ``OrdinalProbit(**params).fit`` on all the rows, and its
+    fit equals that one to the solver's tolerance (the estimator pads rows differently, so
+    the sums run in another order).  The one-class check of ``OrdinalProbit.fit`` is not
+    made.
 
     Args:
         X: this process's rows, (n_local, d): an array or a DataFrame.
@@ -222,16 +225,19 @@ def map_sharded(fn, *batched, mesh: Mesh | None = None, axis: str = "rows", vmap
 
     The batch (the first axis of every array in ``batched``) is padded to a multiple of the
     devices by repeating its last entry, placed with that axis sharded, and run as one
-    compiled program; the padding is cut from the outputs.  Each device runs its share of
-    the batch: no data cross devices, only the flags of vmapped loops (a batch of
-    ``while_loop``s runs until every member has stopped).
+    compiled program (compiled once per ``fn`` and shapes); the padding is cut from the
+    outputs.  Each device runs its share of the batch: under ``vmap`` no data cross devices,
+    only the flags of vmapped loops (a batch of ``while_loop``s runs until every member has
+    stopped); a fit that batches itself may share state across its batch (NPSVOR's grid
+    shares its active-row mask, one byte per training row per pass).
 
     Args:
         fn: a function of one batch member's arrays, e.g.
             ``lambda w: fit_probit(X, y, w, alpha, tol, config=..., n_classes=K)``
             for bootstrap or cross-validation weights ``w``.
         *batched: arrays (or pytrees of arrays) with the batch as their first axis.
-        mesh: a 1-D mesh (default: :func:`row_mesh` over this process's devices).
+        mesh: a 1-D mesh over this process's devices (default: :func:`row_mesh` over
+            all of them).
         axis: the mesh axis the batch is split over.
         vmap: False when ``fn`` takes the whole batch itself, as the fits that solve grids
             of settings do (``fit_npsvor`` with a vector of C values and a matrix of fold
@@ -257,8 +263,15 @@ def map_sharded(fn, *batched, mesh: Mesh | None = None, axis: str = "rows", vmap
     placed = [jax.device_put(np.concatenate([a, np.repeat(a[-1:], padded - size, axis=0)]),
                              NamedSharding(mesh, PartitionSpec(axis, *([None] * (a.ndim - 1)))))
               for a in leaves]
-    out = jax.jit(jax.vmap(fn) if vmap else fn)(*jax.tree_util.tree_unflatten(tree, placed))
+    out = _program(fn, vmap)(*jax.tree_util.tree_unflatten(tree, placed))
     return jax.tree_util.tree_map(lambda a: np.asarray(a)[:size], out)
+
+
+@functools.lru_cache(maxsize=32)
+def _program(fn, vmap):
+    """The jitted batch of ``fn``, kept so that a second call with the same ``fn`` reuses
+    its compiled program."""
+    return jax.jit(jax.vmap(fn) if vmap else fn)
 
 
 def collectives(compiled) -> list[tuple[str, int, bool]]:
