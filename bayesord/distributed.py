@@ -31,6 +31,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from ._compile_cache import program_for_rows
 from ._probit import fit_probit
 from ._status import check_status
 from ._validation import check_sample_weight, check_X, encode_labels, float_dtype
@@ -200,8 +201,10 @@ def fit_ordinal_probit(X, y, *, classes, sample_weight=None, mesh: Mesh | None =
         raise ValueError(f"classes {missing} have no rows of positive weight on any process")
     dtype = float_dtype()
     Xs, ys, ws = shard_rows(mesh, X.astype(dtype), codes, sw.astype(dtype), axis=axis)
-    res = fit_probit(Xs, ys, ws, alpha.astype(dtype), solver_tol(model.tol, dtype), config=config,
-                     n_classes=len(classes_))
+    # Compiled for speed of compilation when each device holds few rows, as the estimator's.
+    program = program_for_rows(fit_probit, Xs.shape[0] // mesh.shape[axis], ("config", "n_classes"))
+    res = program(Xs, ys, ws, alpha.astype(dtype), solver_tol(model.tol, dtype), config=config,
+                  n_classes=len(classes_))
     res = _replicated(res)
     with warnings.catch_warnings():
         if jax.process_index() != 0:
