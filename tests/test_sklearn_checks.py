@@ -29,7 +29,9 @@ pytestmark = pytest.mark.slow
 
 ESTIMATORS = [
     OrdinalProbit(),
-    ISBOR(theta=1.0),  # fixed width: the grid (tested elsewhere) would triple every check
+    # Fixed width: the grid (tested elsewhere) would triple every check.  32 slots compile in
+    # half the time of the default 128 (one tier of the active set instead of three).
+    ISBOR(theta=1.0, capacity=32),
     SBOR(theta=1.0),
     NPSVOR(),
     CuSumRank(),
@@ -84,6 +86,11 @@ def _drop_compiled(request):
 
 @parametrize_with_checks(ESTIMATORS, expected_failed_checks=_expected_failures)
 def test_scikit_learn_estimator_checks(estimator, check):
+    # A check that fails by design is not run: as a (non-strict) xfail it could not fail,
+    # and the weight checks of ISBOR and SBOR took a minute of CI to show it.
+    reason = _expected_failures(estimator).get(getattr(check, "func", check).__name__)
+    if reason:
+        pytest.skip(reason)
     if getattr(check, "func", check).__name__ in _WEIGHT_CHECKS and type(estimator) in _TIGHT:
         estimator = clone(estimator).set_params(**_TIGHT[type(estimator)])
     check(estimator)
