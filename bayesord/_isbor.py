@@ -363,15 +363,21 @@ _LONG_ROW = 16384
 def weighted_sq_rows(K, h):
     """``sum_n K[b, n]**2 h[n]`` for every row b (long rows as matrix-vector products)."""
     b, n = K.shape
-    if n <= _LONG_ROW or b % _ROW_BLOCK:
+    if n <= _LONG_ROW:
         return jnp.einsum("bn,bn,n->b", K, K, h)
     c = _ROW_BLOCK
+    full = b - b % c
 
     def block(i, out):
         Kc = jax.lax.dynamic_slice_in_dim(K, i * c, c, axis=0)
         return jax.lax.dynamic_update_slice_in_dim(out, (Kc * Kc) @ h, i * c, axis=0)
 
-    return jax.lax.fori_loop(0, b // c, block, jnp.zeros(b, K.dtype))
+    out = jnp.zeros(b, K.dtype)
+    if full:
+        out = jax.lax.fori_loop(0, full // c, block, out)
+    if full < b:  # the last rows, fewer than a block
+        out = out.at[full:].set((K[full:] * K[full:]) @ h)
+    return out
 
 
 def candidate_stats(rows, Phi, chol, H, Ht, n_cand: int, block: int):

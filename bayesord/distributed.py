@@ -115,7 +115,8 @@ def shard_rows(mesh: Mesh, X, y, weights=None, *, axis: str = "rows"):
     """
     axis = _row_axis(mesh, axis)
     X, y = np.asarray(X), np.asarray(y)
-    weights = np.ones(X.shape[0], X.dtype) if weights is None else np.asarray(weights, X.dtype)
+    dtype = X.dtype if X.dtype.kind == "f" else np.float64
+    weights = np.ones(X.shape[0], dtype) if weights is None else np.asarray(weights, dtype)
     n = X.shape[0]
     if y.shape[0] != n or weights.shape[0] != n:
         raise ValueError(f"X, y and weights have different numbers of rows: {n}, {y.shape[0]}, "
@@ -270,10 +271,10 @@ def map_sharded(fn, *batched, mesh: Mesh | None = None, axis: str = "rows", vmap
     return jax.tree_util.tree_map(lambda a: np.asarray(a)[:size], out)
 
 
-@functools.lru_cache(maxsize=32)
+@functools.lru_cache(maxsize=8)
 def _program(fn, vmap):
     """The jitted batch of ``fn``, kept so that a second call with the same ``fn`` reuses
-    its compiled program."""
+    its compiled program (the last few only: ``fn`` often holds the data in its closure)."""
     return jax.jit(jax.vmap(fn) if vmap else fn)
 
 

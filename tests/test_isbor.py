@@ -110,7 +110,7 @@ def test_fast_S_Q_equal_direct_C_inverse(state):
         np.testing.assert_allclose(a * Q[j] / (a - S[j]), q_direct, rtol=1e-6)
 
 
-@pytest.mark.parametrize("b, n", [(3, 7), (32, 16384), (32, 20001), (3, 20001), (48, 5 * 4096)])
+@pytest.mark.parametrize("b, n", [(3, 7), (32, 16384), (32, 20001), (3, 20001), (35, 20001), (48, 5 * 4096)])
 def test_weighted_sq_rows_equals_numpy(b, n):
     """Short rows, long rows summed in blocks of rows (row counts that are and are not a
     multiple of the block) give the plain weighted sum."""

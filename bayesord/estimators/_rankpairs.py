@@ -156,22 +156,21 @@ class SwappedPairsSVM(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
             pair_args = dict(pairs=jnp.asarray(pairs), pair_weights=jnp.asarray(pw, dtype))
         Xj = (jsparse.BCOO.from_scipy_sparse(X.astype(dtype)) if sp.issparse(X) else jnp.asarray(X, dtype))
         args = (jnp.asarray(codes), jnp.asarray(sw, dtype))
+        approx = None if self.kernel == "linear" else self.kernel_approx
+        if approx == "auto":
+            approx = "exact" if X.shape[0] <= self.exact_max_samples else "nystroem"
         config = RankPairsConfig(n_ranks=len(self.classes_), capacity=self.capacity, max_iter=self.max_iter,
-                                 counting=self.counting)
-        if self.kernel == "linear":
+                                 counting=self.counting,
+                                 n_components=min(self.n_components, X.shape[0]) if approx == "nystroem" else 0)
+        if approx is None:
             res = fit_rankpairs_linear(Xj, *args, self.C, self.epsilon, config, **pair_args)
+        elif approx == "exact":
+            res = fit_rankpairs_kernel(Xj, *args, self.C, resolve_gamma(self.gamma, X), self.epsilon, config,
+                                       **pair_args)
         else:
-            gamma = resolve_gamma(self.gamma, X)
-            approx = self.kernel_approx
-            if approx == "auto":
-                approx = "exact" if X.shape[0] <= self.exact_max_samples else "nystroem"
-            if approx == "exact":
-                res = fit_rankpairs_kernel(Xj, *args, self.C, gamma, self.epsilon, config, **pair_args)
-            else:
-                config = RankPairsConfig(n_ranks=config.n_ranks, capacity=self.capacity, max_iter=self.max_iter,
-                                         counting=self.counting, n_components=min(self.n_components, X.shape[0]))
-                key = jax.random.PRNGKey(rs.randint(2**31))
-                res = fit_rankpairs_nystroem(Xj, *args, self.C, gamma, self.epsilon, key, config, **pair_args)
+            key = jax.random.PRNGKey(rs.randint(2**31))
+            res = fit_rankpairs_nystroem(Xj, *args, self.C, resolve_gamma(self.gamma, X), self.epsilon, key,
+                                         config, **pair_args)
         check_status(res.status, "SwappedPairsSVM")
         self.result_ = res
         if self.kernel == "linear":
