@@ -22,6 +22,9 @@ and the likelihood is the ordinal likelihood of :mod:`bayesord._likelihood` (Eq.
   a flat prior): the ordinal log-likelihood is jointly concave in ``(f, b)``, so Newton with
   backtracking (which also rejects any step that would break the threshold order)
   converges to the unique maximum.
+* :func:`maximise_exact` is a damped saddle-free Newton maximiser with the exact Hessian by
+  automatic differentiation, for small parameter vectors (the mixed and cumulative link
+  models of :mod:`bayesord._mixed` and :mod:`bayesord._clm`).
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ __all__ = [
     "newton_map_joint",
     "JointPosterior",
     "joint_posterior",
+    "maximise_exact",
 ]
 
 _ARMIJO = 1e-4
@@ -404,3 +408,96 @@ def joint_posterior(Phi, y, weights, w, b, sigma, alpha, chol, link="probit") ->
     L, ok = safe_cholesky(p_bb - p_wb.T @ gain)
     thresholds_cov = chol_inverse(L)
     return JointPosterior(thresholds_cov, -gain @ thresholds_cov, gain, ok)
+
+
+def _saddle_free_precision(hessian):
+    """Minus the Hessian with its eigenvalues replaced by their absolute values (floored).
+
+    Newton's direction with this matrix ascends even where (1) is not concave (far from the
+    optimum, or near ``tau = 0`` where ``tau`` can be a saddle), and equals the plain Newton
+    direction where it is.
+    """
+    lam, V = jnp.linalg.eigh(-0.5 * (hessian + hessian.T))
+    floor = jnp.finfo(lam.dtype).eps ** 0.5 * jnp.maximum(jnp.max(jnp.abs(lam)), 1.0)
+    return (V * jnp.maximum(jnp.abs(lam), floor)) @ V.T
+
+
+class _ExactState(NamedTuple):
+    eta: jax.Array  # last accepted point
+    value: jax.Array  # (1) there
+    hess: jax.Array  # its Hessian there
+    v: jax.Array  # the conditional modes there (the next inner solve starts from them)
+    step: jax.Array  # Newton step from eta (saddle-free)
+    slope: jax.Array  # grad @ step
+    t: jax.Array  # length of the next trial step
+    halvings: jax.Array
+    n_iter: jax.Array
+    pending: jax.Array  # the decrement met the tolerance: the next trial is the polishing step
+    first: jax.Array
+    done: jax.Array
+    status: jax.Array
+
+
+def maximise_exact(objective, eta0, v0, rtol, max_iter):
+    """Maximise ``objective(eta, v_start) -> (value, (v, inner_ok))`` by damped Newton steps.
+
+    Every pass evaluates the value, gradient and Hessian at one trial point (one trace of
+    the objective in the compiled program: a rejected trial, rare here, wastes its
+    derivatives); the direction is the saddle-free Newton direction
+    (:func:`_saddle_free_precision`), the step is halved until Armijo's condition holds, and
+    after the Newton decrement meets ``rtol`` one polishing step is taken, as in
+    :func:`_newton`.  For small parameter vectors whose objective has no cheaper Hessian
+    (the mixed model's Laplace likelihood, the cumulative link model with nominal and scale
+    effects); ``v_start`` is an inner solve's warm start that the objective passes on.
+
+    Returns:
+        (eta, value, hessian, v, n_iter, converged, status).
+    """
+    dtype = eta0.dtype
+
+    def derivatives(eta, v_start):
+        def value_and_grad(e):
+            (value, aux), grad = jax.value_and_grad(objective, has_aux=True)(e, v_start)
+            return grad, (value, aux)
+
+        grad, hvp, (value, (v, inner_ok)) = jax.linearize(value_and_grad, eta, has_aux=True)
+        hess = jax.vmap(hvp)(jnp.eye(eta.shape[0], dtype=dtype))
+        return value, grad, 0.5 * (hess + hess.T), v, inner_ok
+
+    def body(c):
+        trial = c.eta + c.t * c.step
+        value, grad, hess, v, inner_ok = derivatives(trial, c.v)
+        floor = jnp.where(c.pending, c.value - rtol * (1.0 + jnp.abs(c.value)),
+                          c.value + 1e-4 * c.t * c.slope)
+        accepted = c.first | (jnp.isfinite(value) & (value >= floor))
+        n_iter = c.n_iter + (accepted & ~c.first).astype(jnp.int32)
+        step = jnp.linalg.solve(_saddle_free_precision(hess), grad)
+        slope = grad @ step
+        finished = 0.5 * slope <= rtol * (1.0 + jnp.abs(value))
+        finite = jnp.isfinite(value) & jnp.all(jnp.isfinite(grad)) & jnp.all(jnp.isfinite(hess))
+        capped = n_iter >= max_iter
+        status_ok = jnp.where(~finite, Status.NONFINITE,
+                              jnp.where(~inner_ok, Status.MAX_ITER,
+                                        jnp.where(c.pending | finished | ~capped, Status.SUCCESS,
+                                                  Status.MAX_ITER)))
+        accept = c._replace(eta=trial, value=value, hess=hess, v=v, step=step, slope=slope,
+                            t=jnp.ones((), dtype), halvings=jnp.zeros((), jnp.int32), n_iter=n_iter,
+                            pending=finished, first=jnp.zeros((), bool),
+                            done=c.pending | ~finite | ~inner_ok | capped,
+                            status=status_ok.astype(jnp.int32))
+        halvings = c.halvings + 1
+        failed = c.pending | (halvings > 40)
+        status_bad = jnp.where(failed, jnp.where(c.pending, Status.SUCCESS, Status.LINESEARCH_FAILED),
+                               c.status)
+        reject = c._replace(t=0.5 * c.t, halvings=halvings, done=failed,
+                            status=status_bad.astype(jnp.int32))
+        return jax.tree_util.tree_map(lambda a, b: jnp.where(accepted, a, b), accept, reject)
+
+    m = eta0.shape[0]
+    zero = jnp.zeros((), dtype)
+    init = _ExactState(eta=eta0, value=jnp.asarray(-jnp.inf, dtype), hess=jnp.zeros((m, m), dtype), v=v0,
+                  step=jnp.zeros_like(eta0), slope=zero, t=zero, halvings=jnp.zeros((), jnp.int32),
+                  n_iter=jnp.zeros((), jnp.int32), pending=jnp.zeros((), bool), first=jnp.ones((), bool),
+                  done=jnp.zeros((), bool), status=jnp.asarray(Status.SUCCESS, jnp.int32))
+    c = jax.lax.while_loop(lambda c: ~c.done, body, init)
+    return c.eta, c.value, c.hess, c.v, c.n_iter, c.status == Status.SUCCESS, c.status

@@ -159,12 +159,21 @@ class OrdinalTerms(NamedTuple):
 
 
 def _standardise(f, y, b, sigma):
-    """Safe standardised arguments ``u = (b_hi - f)/sigma``, ``v = (b_lo - f)/sigma``."""
-    n_thr = b.shape[0]
+    """Safe standardised arguments ``u = (b_hi - f)/sigma``, ``v = (b_lo - f)/sigma``.
+
+    ``b`` is one set of thresholds, shape (K-1,), or one per sample, shape (n, K-1) (the
+    nominal effects of :mod:`bayesord._clm`); ``sigma`` a scalar or one per sample.
+    """
+    n_thr = b.shape[-1]
     lo_inf = y <= 0
     hi_inf = y >= n_thr
-    b_lo_raw = b[jnp.clip(y - 1, 0, n_thr - 1)]
-    b_hi_raw = b[jnp.clip(y, 0, n_thr - 1)]
+
+    def at(k):
+        k = jnp.clip(k, 0, n_thr - 1)
+        return b[k] if b.ndim == 1 else jnp.take_along_axis(b, k[:, None], axis=1)[:, 0]
+
+    b_lo_raw = at(y - 1)
+    b_hi_raw = at(y)
     # Placeholders keep u > v finite in the branch that is not selected.
     b_lo = jnp.where(lo_inf, b_hi_raw - 1.0, b_lo_raw)
     b_hi = jnp.where(hi_inf, b_lo_raw + 1.0, b_hi_raw)
@@ -279,7 +288,7 @@ def _standardised_thresholds(mean, scale, b):
     cumulative probabilities monotone (the class between them gets probability 0).
     """
     scale = scale[:, None] if scale.ndim == 1 else scale
-    return jax.lax.cummax((b[None, :] - mean[:, None]) / scale, axis=1)
+    return jax.lax.cummax((b - mean[:, None]) / scale, axis=1)
 
 
 def log_cumulative_probs(mean, scale, b, link: str = "probit"):
@@ -302,7 +311,7 @@ def log_class_probs(mean, scale, b, link: str = "probit"):
             for a probit with latent variance v), or per sample and threshold, shape
             (n, K-1) (``sqrt(sigma^2 + Var(b_k - f))`` when the thresholds are uncertain
             too; see :func:`_standardised_thresholds`).
-        b: thresholds, shape (K-1,).
+        b: thresholds, shape (K-1,), or one set per sample, shape (n, K-1).
     """
     z = _standardised_thresholds(mean, scale, b)
     first = log_cdf(z[:, :1], link)
@@ -321,10 +330,10 @@ def _quadrature_log_probs(mean, var, sigma, b, link):
     ``P(y <= k)`` below the median, in ``P(y > k)`` above it), and forced monotone in k like
     :func:`_standardised_thresholds` does for the closed forms.
     """
-    var = jnp.broadcast_to(var[:, None] if var.ndim == 1 else var, (mean.shape[0], b.shape[0]))
+    var = jnp.broadcast_to(var[:, None] if var.ndim == 1 else var, (mean.shape[0], b.shape[-1]))
     nodes = jnp.asarray(GH_NODES, mean.dtype)
     log_w = jnp.asarray(_GH_LOG_WEIGHTS, mean.dtype)
-    z = ((b[None, :] - mean[:, None])[..., None]
+    z = ((b - mean[:, None])[..., None]
          + jnp.sqrt(2.0 * jnp.maximum(var, 0.0))[..., None] * nodes) / sigma
     log_cum = jax.lax.cummax(jax.nn.logsumexp(log_cdf(z, link) + log_w, axis=-1), axis=1)
     log_sur = jax.lax.cummin(jax.nn.logsumexp(log_sf(z, link) + log_w, axis=-1), axis=1)
@@ -350,7 +359,7 @@ def log_predictive_probs(mean, var, sigma, b, link: str = "probit"):
         mean: latent means, shape (n,).
         var: variance of ``b_k - f``, shape (n,) (certain thresholds) or (n, K-1).
         sigma: noise scale.
-        b: thresholds, shape (K-1,).
+        b: thresholds, shape (K-1,), or one set per sample, shape (n, K-1).
 
     Returns:
         ``(log_proba, log_cum_proba)`` of shapes (n, K) and (n, K-1).
