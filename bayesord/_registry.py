@@ -29,6 +29,7 @@ class Entry(NamedTuple):
 ESTIMATORS = (
     Entry("OrdinalProbit", "probit", True),
     Entry("OrdinalMixed", None, True),
+    Entry("CumulativeLinkModel", None, True),
     Entry("ISBOR", "isbor", True),
     Entry("SBOR", "sbor", True),
     Entry("NPSVOR", "npsvor", False),

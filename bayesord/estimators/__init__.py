@@ -6,6 +6,7 @@ Importing this module turns on JAX's persistent compilation cache (:mod:`bayesor
 from .. import _compile_cache
 from .._registry import ESTIMATORS
 from ._base import read_model_file
+from ._clm import CumulativeLinkModel
 from ._isbor import ISBOR, SBOR
 from ._mixed import OrdinalMixed
 from ._npsvor import NPSVOR
@@ -17,6 +18,7 @@ from ._tor import RedSVM, TransductiveOrdinalRegression
 # The classes of bayesord._registry.ESTIMATORS (tests/test_architecture.py checks the two agree).
 __all__ = [
     "CuSumRank",
+    "CumulativeLinkModel",
     "ISBOR",
     "NPSVOR",
     "OrdinalMixed",

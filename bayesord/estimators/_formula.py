@@ -72,12 +72,14 @@ def design_matrix(spec_or_formula, data):
     return mm.drop(columns="Intercept"), spec
 
 
-
-
 def formula_rows(spec, data):
-    """The design matrix of ``data`` under the coding a model was fitted with (``spec``)."""
+    """The design matrix of ``data`` under the coding a model was fitted with: ``spec``, or a
+    tuple of specs (a model with several formulas) whose columns are joined, each name once."""
     import pandas as pd
 
     if not isinstance(data, pd.DataFrame):
         raise TypeError("this model was fitted from a formula: pass a DataFrame with the formula's columns")
-    return design_matrix(spec, data)[0]
+    if not isinstance(spec, tuple):
+        return design_matrix(spec, data)[0]
+    A = pd.concat([design_matrix(s, data)[0] for s in spec], axis=1)
+    return A.loc[:, ~A.columns.duplicated()]

@@ -1,0 +1,525 @@
+"""``CumulativeLinkModel``: the cumulative link model with nominal and scale effects (R's ``clm``)."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+from sklearn.exceptions import ConvergenceWarning
+
+from .._clm import (
+    CLMConfig,
+    CLMResult,
+    ThresholdCrossingWarning,
+    fit_clm,
+    marginal_effects_clm,
+    predict_clm,
+    sample_class_probs_clm,
+)
+from .._compile_cache import program_for_rows
+from .._shapes import bucket_rows, pad_rows
+from .._status import Status, check_status, warn_user
+from .._validation import float_dtype
+from ._base import (
+    BAYES_ONE_CLASS_HINT,
+    OrdinalEstimator,
+    SavableMixin,
+    binary_columns,
+    class_from_proba,
+    fresh_fit,
+    marginal_effects_table,
+    posterior_table,
+    solver_tol,
+)
+from ._formula import design_matrix, formula_rows, split_formula
+from ._uncertainty import UncertaintyMixin
+
+__all__ = ["CumulativeLinkModel"]
+
+
+def _natural_vector(res):
+    """``(coef, thresholds, nominal_coef.ravel(), scale_coef)``: the order of ``cov``."""
+    return np.concatenate([res.coef, res.thresholds, np.ravel(res.nominal_coef), res.scale_coef])
+
+
+def _fit_program(n_rows):
+    return program_for_rows(fit_clm, n_rows, ("config",))
+
+
+def _one_sided(formula, what):
+    """``"~ contact + temp"`` -> ``"contact + temp"``."""
+    if not isinstance(formula, str) or not formula.strip().startswith("~") or formula.count("~") != 1:
+        raise ValueError(f"{what} must be a one-sided formula such as '~ contact', got {formula!r}")
+    rhs = formula.strip()[1:].strip()
+    if not rhs:
+        raise ValueError(f"{what} formula {formula!r} has no terms")
+    return rhs
+
+
+def _term_columns(X_part, spec):
+    """``{term: [column names]}`` of a design matrix without its intercept."""
+    names = list(X_part.columns)
+    out = {}
+    for term, cols in spec.term_slices.items():
+        members = [c for c in spec.column_names[cols] if c in names]
+        if members:
+            out[str(term)] = members
+    return out
+
+
+class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
+    """Cumulative link model with nominal (partial proportional odds) and scale effects.
+
+    ``P(y <= k) = F((b_k + w^T gamma_k - x^T beta) / exp(s^T zeta))``: location columns
+    ``x`` move the latent value, nominal columns ``w`` move each threshold by its own amount
+    (the proportional-odds assumption dropped for them), and scale columns ``s`` change the
+    latent spread.  Fitted by maximum likelihood, the estimates of R's ``ordinal::clm``
+    (``clm(y ~ x, nominal = ~ w, scale = ~ s)``); the posterior is the Laplace Gaussian at the
+    optimum, and every probability integrates it (see :mod:`bayesord._clm`).  Without
+    nominal and scale columns it is the ordinary maximum-likelihood ordinal model
+    (statsmodels' ``OrderedModel``, mord's ``LogisticAT`` without its penalty).
+
+    :meth:`nominal_test` and :meth:`scale_test` test the proportional-odds and the equal-scale
+    assumption term by term with likelihood ratios (``ordinal::nominal_test``/``scale_test``;
+    the question of the Brant test).
+
+    Fit with arrays, choosing columns by name or position with ``location``, ``nominal`` and
+    ``scale``, or with formulas (:meth:`from_formula`).  Columns are standardised inside the
+    fit, so shifts and rescalings of the columns change no prediction.
+
+    Args:
+        link: "probit" (default), "logit", "cloglog", "loglog" or "cauchit".
+        location: the columns with one coefficient each (names or positions); default every
+            column not in ``nominal``.
+        nominal: the columns that shift each threshold separately (default none).  A column
+            cannot be in ``location`` too.
+        scale: the columns of the log-linear scale model (default none); they may be
+            location columns as well.
+        tol: relative tolerance of the Newton solve (default 1e-10 in float64, 1e-5 in float32).
+        max_iter: cap on Newton iterations.
+        classes: the labels in increasing order (required for string labels).
+        n_draws: posterior draws used for probability bands.
+        random_state: seed (int) for the posterior draws.
+        class_weight: None, ``"balanced"`` or a dict of label -> weight; multiplies
+            ``sample_weight``.
+
+    Attributes:
+        classes_: labels in increasing order.
+        coef_: location effects ``beta``, shape (d,).
+        thresholds_: thresholds at all columns 0, shape (K-1,).
+        nominal_coef_: threshold shifts ``gamma``, shape (p, K-1).
+        scale_coef_: log-scale effects ``zeta``, shape (r,).
+        cov_: covariance of ``(coef_, thresholds_, nominal_coef_.ravel(), scale_coef_)``.
+        loglik_: the log-likelihood at the optimum (``clm``'s ``logLik``).
+        n_iter_, converged_: Newton iterations and whether the solve met its tolerance.
+        location_, nominal_, scale_: the columns of each part, by name.
+        formula_: the formula, for a model made by :meth:`from_formula` (else None).
+        result_: the functional :class:`bayesord._clm.CLMResult`.
+
+    Warns:
+        ThresholdCrossingWarning: at the estimate, the thresholds of some training rows
+            cross (a nominal effect too strong for the data): those rows' probabilities of
+            the classes between crossed thresholds are 0.
+
+    Example:
+        >>> import numpy as np
+        >>> rng = np.random.default_rng(0)
+        >>> X = rng.normal(size=(300, 2))
+        >>> latent = X[:, 0] + rng.normal(size=300) * np.exp(0.5 * X[:, 1])
+        >>> model = CumulativeLinkModel(scale=[1]).fit(X, np.digitize(latent, [-1.0, 1.0]))
+        >>> model.scale_coef_.shape, model.predict_proba(X[:2]).shape
+        ((1,), (2, 3))
+    """
+
+    _format = "bayesord.CumulativeLinkModel/1"
+    _scale_sensitive = False  # the fit standardises the columns itself
+    _one_class_hint = BAYES_ONE_CLASS_HINT
+    _zero_weight_drops_row = True
+    _min_features = 0
+
+    def __init__(self, link="probit", location=None, nominal=None, scale=None, tol=None, max_iter=100,
+                 classes=None, n_draws=200, random_state=None, class_weight=None):
+        self.link = link
+        self.location = location
+        self.nominal = nominal
+        self.scale = scale
+        self.tol = tol
+        self.max_iter = max_iter
+        self.classes = classes
+        self.n_draws = n_draws
+        self.random_state = random_state
+        self.class_weight = class_weight
+
+    # ------------------------------------------------------------------ fitting
+    @classmethod
+    def from_formula(cls, formula, data, nominal=None, scale=None, sample_weight=None, **params):
+        """Fit ``formula`` to the DataFrame ``data``, as ``clm(formula, nominal=, scale=)``.
+
+        ``formula`` is ``"response ~ terms"`` in formulaic's (R-like) syntax; ``nominal`` and
+        ``scale`` are one-sided formulas (``"~ contact"``).  Text columns are coded as
+        treatment contrasts against their first level and labelled ``name[T.level]``; the
+        intercept is left to the thresholds.  A term cannot be in ``formula`` and
+        ``nominal`` at once.  Predictions then take DataFrames with the same columns.
+
+        Raises:
+            ValueError: a malformed formula, a column the data lack, a term in both the
+                location and the nominal part, or bad data.
+        """
+        import pandas as pd
+
+        if not isinstance(data, pd.DataFrame):
+            raise TypeError(f"data must be a pandas DataFrame, got {type(data).__name__}")
+        for name in ("location", "nominal", "scale"):
+            if name in params:
+                raise TypeError(f"from_formula takes the columns from its formulas; do not pass {name}=")
+        response, fixed, _ = split_formula(formula, group_term=False)
+        if response not in data.columns:
+            raise ValueError(f"formula {formula!r} names column {response!r}, which the data do not have "
+                             f"(columns: {list(data.columns)})")
+        parts = {"location": design_matrix(fixed, data)}
+        for name, extra in (("nominal", nominal), ("scale", scale)):
+            if extra is not None:
+                parts[name] = design_matrix(_one_sided(extra, name), data)
+        if "nominal" in parts:
+            both = sorted(set(parts["location"][0].columns) & set(parts["nominal"][0].columns))
+            if both:
+                raise ValueError(f"{both} are in the formula and in nominal=: a nominal term's location "
+                                 "effect is not identified; take it out of the formula")
+        specs = tuple(spec for _, spec in parts.values())
+        A = formula_rows(specs, data)
+        columns = {name: list(parts[name][0].columns) if name in parts else [] for name in
+                   ("location", "nominal", "scale")}
+        model = cls(**columns, **params)
+        model.fit(A, data[response], sample_weight=sample_weight)
+        model.formula_ = formula
+        model.nominal_formula_ = nominal
+        model.scale_formula_ = scale
+        model._spec = specs
+        model._terms = _term_columns(*parts["location"])
+        return model
+
+    def _resolve(self, names, d):
+        """The constructor's column choices as index tuples ``(location, nominal, scale)``."""
+        index = {str(n): j for j, n in enumerate(names)} if names is not None else {}
+
+        def pick(what, chosen):
+            if chosen is None:
+                return ()
+            if isinstance(chosen, (str, int, np.integer)):
+                raise TypeError(f"{what} must be a list of columns, got {chosen!r} (write [{chosen!r}])")
+            out = []
+            for c in chosen:
+                if isinstance(c, (int, np.integer)) and not isinstance(c, bool):
+                    if not 0 <= c < d:
+                        raise ValueError(f"{what} names column {c}, but X has {d} columns")
+                    out.append(int(c))
+                elif isinstance(c, str):
+                    if c not in index:
+                        known = f"its columns are {list(index)}" if index else "X has no column names"
+                        raise ValueError(f"{what} names column {c!r}, which X does not have ({known})")
+                    out.append(index[c])
+                else:
+                    raise TypeError(f"{what} takes column names or positions, got {c!r}")
+            if len(set(out)) != len(out):
+                raise ValueError(f"{what} lists a column twice: {list(chosen)}")
+            return tuple(out)
+
+        nominal, scale = pick("nominal", self.nominal), pick("scale", self.scale)
+        if self.location is None:
+            location = tuple(j for j in range(d) if j not in nominal)
+        else:
+            location = pick("location", self.location)
+        unused = sorted(set(range(d)) - set(location) - set(nominal) - set(scale))
+        if unused:
+            label = [str(names[j]) for j in unused] if names is not None else unused
+            raise ValueError(f"columns {label} are in none of location, nominal and scale: list them, "
+                             "or leave them out of X")
+        return location, nominal, scale
+
+    def _config(self, n_classes, names, d):
+        if not isinstance(self.max_iter, (int, np.integer)) or isinstance(self.max_iter, bool) or self.max_iter < 1:
+            raise ValueError(f"max_iter must be a positive integer, got {self.max_iter!r}")
+        if not isinstance(self.n_draws, (int, np.integer)) or isinstance(self.n_draws, bool) or self.n_draws < 1:
+            raise ValueError(f"n_draws must be a positive integer, got {self.n_draws!r}")
+        location, nominal, scale = self._resolve(names, d)
+        return CLMConfig(n_classes=n_classes, location=location, nominal=nominal, scale=scale, link=self.link,
+                         max_newton=int(self.max_iter))
+
+    @fresh_fit
+    def fit(self, X, y, sample_weight=None, classes=None):
+        """Fit the model.
+
+        Args:
+            X: (n, D) columns (numbers; code text columns first, or use :meth:`from_formula`).
+                No intercept column: the thresholds hold it.
+            y: (n,) ordered labels.
+            sample_weight: optional (n,) non-negative weights.
+            classes: the labels in increasing order (see the constructor).
+
+        Raises:
+            ValueError: bad input or column choices.
+            FloatingPointError: the solver hit a non-finite value, or the Hessian is not
+                negative definite at the end (a column that is constant, or aliased with
+                others, leaves a coefficient undetermined).
+
+        Warns:
+            ConvergenceWarning: the iteration cap was reached.
+            ThresholdCrossingWarning: thresholds cross at training rows.
+        """
+        X, codes, sw = self._validate_fit(X, y, sample_weight, classes)
+        names = getattr(self, "feature_names_in_", None)
+        config = self._config(len(self.classes_), names, X.shape[1])
+        self._train = (X, codes, sw)  # for nominal_test and scale_test (not saved)
+        res = self._fit_config(config)
+        sd = np.sqrt(np.abs(np.diag(res.cov)))
+        drift = np.flatnonzero(sd > 10 * np.maximum(1.0, np.abs(_natural_vector(res))))
+        if int(res.status) == Status.MAX_ITER and drift.size:
+            warn_user(f"{type(self).__name__}.fit: stopped at the iteration cap with {drift.size} estimates "
+                      "drifting off (sds over 10 times their size): the maximum-likelihood estimate does not "
+                      "exist, typically because a class never occurs at a level of a nominal or scale column. "
+                      "Merge sparse classes or levels, or take the column out of nominal/scale",
+                      ConvergenceWarning)
+        else:
+            check_status(res.status, f"{type(self).__name__}.fit")
+        if int(res.n_crossed):
+            warn_user(f"{type(self).__name__}: the thresholds cross at {int(res.n_crossed)} training rows "
+                      "(a nominal effect too strong for those rows); the classes between crossed thresholds "
+                      "get probability 0 there. Consider fewer nominal columns or a scale effect instead",
+                      ThresholdCrossingWarning)
+        self.binary_columns_ = binary_columns(X)
+        self._set_result(res, names)
+        self.formula_ = self.nominal_formula_ = self.scale_formula_ = None
+        self._spec = None
+        self._terms = None
+        return self
+
+    def _fit_config(self, config):
+        """The functional fit of the training rows under ``config`` (host arrays)."""
+        X, codes, sw = self._train
+        dtype = float_dtype()
+        n = X.shape[0]
+        A, c, w = pad_rows(bucket_rows(n), X.astype(dtype), codes, sw.astype(dtype))
+        res = _fit_program(A.shape[0])(A, c, w, solver_tol(self.tol, dtype), config=config)
+        return jax.tree_util.tree_map(np.asarray, res)
+
+    def _set_result(self, res, names):
+        self.result_ = res
+        config = res.config
+        label = [str(n) for n in names] if names is not None else [f"x{j}" for j in range(len(res.center))]
+        self.location_, self.nominal_, self.scale_ = ([label[j] for j in idx] for idx in
+                                                      (config.location, config.nominal, config.scale))
+        self.coef_ = res.coef
+        self.thresholds_ = res.thresholds
+        self.nominal_coef_ = res.nominal_coef
+        self.scale_coef_ = res.scale_coef
+        self.cov_ = res.cov
+        self.loglik_ = float(res.loglik)
+        self.n_iter_ = int(res.n_iter)
+        self.converged_ = bool(res.converged)
+
+    # --------------------------------------------------------------- prediction
+    def _rows(self, X):
+        return self._validate_predict(X).astype(float_dtype())
+
+    def _result(self):
+        return jax.tree_util.tree_map(lambda a: np.asarray(a, float_dtype()), self.result_)
+
+    def _predict_all(self, X):
+        A = self._rows(X)
+        n = A.shape[0]
+        pred = predict_clm(self._result(), pad_rows(bucket_rows(n), A)[0])
+        return jax.tree_util.tree_map(lambda a: np.asarray(a[:n], dtype=np.float64), pred)
+
+    def predict_proba(self, X):
+        """Class probabilities, shape (n, K), the Laplace posterior of every parameter
+        integrated (exactly for the probit, the probit approximation for the logit, by
+        quadrature for the other links)."""
+        return self._predict_all(X).proba
+
+    def predict_cumproba(self, X):
+        """Cumulative probabilities ``P(y <= classes_[k])`` for k < K-1, shape (n, K-1)."""
+        return self._predict_all(X).cum_proba
+
+    def predict(self, X, rule="mode"):
+        """Predicted labels: the most probable class (``rule="mode"``) or the median class."""
+        return self._decode(class_from_proba(self.predict_proba(X), rule))
+
+    def predict_proba_interval(self, X, level=0.95):
+        """Central credible band and posterior sd of each class probability, each (n, K),
+        from ``n_draws`` draws of the parameters from their Laplace posterior."""
+        if not 0.0 < level < 1.0:
+            raise ValueError(f"level must be in (0, 1), got {level}")
+        A = self._rows(X)
+        seed = 0 if self.random_state is None else self.random_state
+        if not isinstance(seed, (int, np.integer)):
+            raise TypeError("random_state must be an int or None")
+        n = A.shape[0]
+        draws = sample_class_probs_clm(self._result(), pad_rows(bucket_rows(n), A)[0], jax.random.key(int(seed)),
+                                       n_draws=int(self.n_draws))
+        draws = np.asarray(draws[:, :n], dtype=np.float64)
+        lo, hi = np.quantile(draws, [(1 - level) / 2, (1 + level) / 2], axis=0)
+        return np.clip(lo, 0.0, 1.0), np.clip(hi, 0.0, 1.0), draws.std(axis=0)
+
+    def score(self, X, y, sample_weight=None):
+        """Negative mean absolute error in class positions (higher is better)."""
+        codes = self._encode_y(y, np.shape(X)[0])
+        pred = self._encode_y(self.predict(X), len(codes))
+        return -float(np.average(np.abs(pred - codes), weights=sample_weight))
+
+    # ------------------------------------------------------------------ summary
+    def summary(self, level=0.95):
+        """Estimates, sds, central intervals, z and two-sided p-values (as ``clm`` prints them).
+
+        Rows: the location effects, the thresholds (``threshold 1|2``), the nominal effects
+        (``threshold 1|2: contact[T.yes]``, each the shift of that threshold) and the
+        log-scale effects (``log-scale: temp[T.warm]``).
+        """
+        from scipy.stats import norm
+        from sklearn.utils.validation import check_is_fitted
+
+        check_is_fitted(self, "coef_")
+        cls = [str(c) for c in self.classes_]
+        thr = [f"{cls[k]}|{cls[k + 1]}" for k in range(len(cls) - 1)]
+        names = (list(self.location_) + [f"threshold {t}" for t in thr]
+                 + [f"threshold {t}: {c}" for c in self.nominal_ for t in thr]
+                 + [f"log-scale: {c}" for c in self.scale_])
+        mean = _natural_vector(self.result_)
+        sd = np.sqrt(np.diag(self.cov_))
+        z = mean / sd
+        return posterior_table(names, mean, sd, level, z=z, p=2 * norm.sf(np.abs(z)))
+
+    def marginal_effects(self, X, level=0.95):
+        """Average marginal effects of each column on every class probability and on the
+        expected class, with delta-method sds and central intervals.
+
+        A column's effect goes through every part it is in (location, thresholds, scale).  A
+        column that was 0/1 in the training data gets the average change from 0 to 1, any
+        other the average derivative; pass the data to average over them, or one row for the
+        effects at those values.  See :func:`bayesord._clm.marginal_effects_clm`.
+
+        Returns:
+            pandas DataFrame indexed by (term, outcome), as ``OrdinalProbit.marginal_effects``.
+        """
+        A = self._rows(X)
+        if A.shape[1] == 0:
+            raise ValueError("the model has no columns, so no marginal effects")
+        effect, sd = program_for_rows(marginal_effects_clm, A.shape[0])(self._result(), A, self.binary_columns_)
+        names = self.location_ + [c for c in self.nominal_ + self.scale_ if c not in self.location_]
+        order = {c: j for j, c in enumerate(self._column_names())}
+        idx = [order[c] for c in names]
+        return marginal_effects_table(np.asarray(effect)[idx], np.asarray(sd)[idx], names, self.classes_,
+                                      self.binary_columns_[idx], level)
+
+    def _column_names(self):
+        names = getattr(self, "feature_names_in_", None)
+        d = len(self.result_.center)
+        return [str(n) for n in names] if names is not None else [f"x{j}" for j in range(d)]
+
+    # ------------------------------------------------------- likelihood-ratio tests
+    def _terms_of_location(self):
+        terms = getattr(self, "_terms", None)
+        if terms is not None:
+            return terms
+        return {c: [c] for c in self.location_}
+
+    def _lr_table(self, moved):
+        """Refit with each location term moved (``moved(config, columns) -> config``) and
+        compare log-likelihoods: the table of :meth:`nominal_test` and :meth:`scale_test`."""
+        import pandas as pd
+        from scipy.stats import chi2
+        from sklearn.utils.validation import check_is_fitted
+
+        check_is_fitted(self, "result_")
+        if getattr(self, "_train", None) is None:
+            raise ValueError("the test refits the model on its training data, which a loaded model does "
+                             "not have: fit it again")
+        base = self.result_
+        n_par = base.eta.shape[0]
+        index = {c: j for j, c in enumerate(self._column_names())}
+        rows = {"<none>": (np.nan, self.loglik_, 2 * (n_par - self.loglik_), np.nan, np.nan, self.converged_)}
+        for term, cols in self._terms_of_location().items():
+            config = moved(base.config, tuple(index[c] for c in cols))
+            if config is None:
+                continue
+            res = self._fit_config(config)
+            df = res.eta.shape[0] - n_par
+            usable = Status(int(res.status)) in (Status.SUCCESS, Status.MAX_ITER)
+            ll = float(res.loglik) if usable else np.nan
+            lr = 2 * (ll - self.loglik_)
+            rows[term] = (df, ll, 2 * (res.eta.shape[0] - ll), lr, chi2.sf(max(lr, 0.0), df), bool(res.converged))
+        return pd.DataFrame.from_dict(rows, orient="index",
+                                      columns=["df", "loglik", "AIC", "LR", "p", "converged"])
+
+    def nominal_test(self):
+        """Likelihood-ratio tests of the proportional-odds assumption, one per location term.
+
+        Each term is refitted as a nominal effect (one shift per threshold) and its
+        log-likelihood compared with the model's: ``LR = 2 (l_nominal - l)`` on ``(K-2)``
+        degrees of freedom per column, as ``ordinal::nominal_test`` (a small p says the
+        term's effect differs between thresholds).  A refit whose maximum-likelihood
+        estimate does not exist (a class that never occurs at a level of the term: some
+        threshold shifts run off to infinity, as ``clm`` finds with a singular Hessian)
+        reports the log-likelihood reached at the iteration cap, its supremum to within
+        about the tolerance, with ``converged`` False; a refit that fails shows NaN.
+
+        Returns:
+            pandas DataFrame indexed by term (``<none>`` the model itself) with columns df,
+            loglik, AIC, LR, p and converged.
+        """
+        def moved(config, cols):
+            location = tuple(j for j in config.location if j not in cols)
+            return CLMConfig(n_classes=config.n_classes, location=location, nominal=config.nominal + cols,
+                             scale=config.scale, link=config.link, max_newton=config.max_newton)
+
+        return self._lr_table(moved)
+
+    def scale_test(self):
+        """Likelihood-ratio tests of equal latent scale, one per location term.
+
+        Each term not already a scale term is added to the scale model and its
+        log-likelihood compared with the model's (one degree of freedom per column), as
+        ``ordinal::scale_test``.
+
+        Returns:
+            pandas DataFrame indexed by term, as :meth:`nominal_test`.
+        """
+        def moved(config, cols):
+            if set(cols) & set(config.scale):
+                return None
+            return CLMConfig(n_classes=config.n_classes, location=config.location, nominal=config.nominal,
+                             scale=config.scale + cols, link=config.link, max_newton=config.max_newton)
+
+        return self._lr_table(moved)
+
+    # ------------------------------------------------------------ persistence
+    def _saved_state(self):
+        arrays = {f"result.{k}": np.asarray(v) for k, v in self.result_._asdict().items()}
+        arrays["binary_columns_"] = np.asarray(self.binary_columns_)
+        config = self.result_.config
+        return arrays, {"config": {"location": list(config.location), "nominal": list(config.nominal),
+                                   "scale": list(config.scale), "max_newton": config.max_newton}}
+
+    def _check_restored(self):
+        """Nothing more to check: :meth:`_restore` checks every array against the saved column
+        choices (``coef_`` has one entry per location column, not per feature)."""
+
+    def _restore(self, arrays, meta):
+        d, k = int(self.n_features_in_), len(self.classes_)
+        columns = {name: tuple(int(j) for j in meta["config"][name]) for name in ("location", "nominal", "scale")}
+        config = CLMConfig(n_classes=k, link=self.link, max_newton=int(meta["config"]["max_newton"]), **columns)
+        res = CLMResult(config=config, **{name: arrays[f"result.{name}"] for name in CLMResult._fields})
+        if any(j >= d for idx in columns.values() for j in idx):
+            raise ValueError(f"the saved column choices {columns} name columns beyond the model's {d}")
+        dl, k1, p, r = config.sizes
+        m = dl + k1 * (1 + p) + r
+        self._check_shapes(("result.coef", res.coef, (dl,)), ("result.thresholds", res.thresholds, (k1,)),
+                           ("result.nominal_coef", res.nominal_coef, (p, k1)),
+                           ("result.scale_coef", res.scale_coef, (r,)), ("result.center", res.center, (d,)),
+                           ("result.cov", res.cov, (m, m)), ("result.eta", res.eta, (m,)),
+                           ("result.eta_cov", res.eta_cov, (m, m)))
+        self.binary_columns_ = np.asarray(arrays["binary_columns_"], bool)
+        self._check_shapes(("binary_columns_", self.binary_columns_, (d,)))
+        self._set_result(res, getattr(self, "feature_names_in_", None))
+        self.formula_ = self.nominal_formula_ = self.scale_formula_ = None
+        self._spec = None
+        self._terms = None
+        self._train = None
