@@ -36,8 +36,8 @@ __version__ = "0.1.0"
 
 _SUBMODULES = ("calibration", "datasets", "diagnostics", "distributed", "metrics", "uncertainty")
 _EXPORTS = {
-    "._clm": ("CLMConfig", "CLMPrediction", "CLMResult", "ThresholdCrossingWarning", "fit_clm", "predict_clm",
-              "sample_class_probs_clm"),
+    "._clm": ("CLMColumns", "CLMConfig", "CLMPrediction", "CLMResult", "ThresholdCrossingWarning", "clm_columns",
+              "fit_clm", "predict_clm", "sample_class_probs_clm"),
     "._isbor": ("ISBORConfig", "ISBORPrediction", "ISBORResult", "fit_isbor", "fit_sbor", "predict_isbor"),
     "._mixed": ("MixedConfig", "MixedPrediction", "MixedResult", "fit_mixed", "predict_mixed",
                  "sample_class_probs_mixed"),
@@ -80,10 +80,12 @@ def __dir__():
 if TYPE_CHECKING:
     from . import calibration, datasets, diagnostics, distributed, metrics, uncertainty
     from ._clm import (
+        CLMColumns,
         CLMConfig,
         CLMPrediction,
         CLMResult,
         ThresholdCrossingWarning,
+        clm_columns,
         fit_clm,
         predict_clm,
         sample_class_probs_clm,

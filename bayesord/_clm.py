@@ -32,6 +32,18 @@ w^T gamma_k - x^T beta) / exp(s^T zeta)`` are Gaussian to first order in ``eta``
 approximation for the logit and quadrature for the other links
 (:func:`bayesord._likelihood.log_predictive_probs`).
 
+**Penalised fits.**  With ``alpha > 0`` the fit maximises instead
+
+    l(eta) - W alpha ( l1_ratio |beta_z|_1 + (1 - l1_ratio) |beta_z|^2 / 2 ),   (2)
+
+``W`` the total sample weight (so ``alpha`` penalises the mean log-likelihood, as in
+scikit-learn's ``ElasticNet`` and glmnet) and ``beta_z`` the location coefficients per
+standard deviation of their columns (every column penalised alike whatever its units, as
+glmnet's ``standardize = TRUE``); thresholds, nominal and scale effects are not penalised.
+An L1 part sets coefficients to exactly zero (proximal Newton steps).  The posterior is the
+Laplace approximation at the penalised optimum (the ridge part acting as a Gaussian prior),
+given which coefficients are zero: those are held at zero, with no spread.
+
 Coefficients are reported on the user's columns: with ``z = (c - center) / scale`` for each
 column and ``kappa = exp(-center_s^T zeta)``, ``beta = beta_z / (scale_x kappa)``,
 ``gamma_k = gamma_z,k / (scale_w kappa)``, ``zeta = zeta_z / scale_s`` and the thresholds at
@@ -50,7 +62,7 @@ import numpy as np
 
 from ._columns import center_and_scale
 from ._effects import average_marginal_effects
-from ._laplace import maximise_exact
+from ._laplace import maximise_exact, saddle_free_precision
 from ._likelihood import log_class_probs, log_predictive_probs, ordinal_ratios
 from ._linalg import safe_cholesky
 from ._links import check_link
@@ -60,6 +72,8 @@ from ._thresholds import initial_thresholds, thresholds_from_params
 
 __all__ = [
     "ThresholdCrossingWarning",
+    "CLMColumns",
+    "clm_columns",
     "CLMConfig",
     "CLMResult",
     "CLMPrediction",
@@ -74,53 +88,79 @@ class ThresholdCrossingWarning(UserWarning):
     """The nominal effects of a fitted model make two thresholds cross at training rows."""
 
 
-def _indices(name, value):
-    if not isinstance(value, tuple) or not all(isinstance(j, int) and j >= 0 for j in value):
-        raise TypeError(f"{name} must be a tuple of non-negative column indices, got {value!r}")
-    if len(set(value)) != len(value):
-        raise ValueError(f"{name} lists a column twice: {value}")
+class CLMColumns(NamedTuple):
+    """Which columns of the design matrix ``A`` each part of (1) uses: int arrays of column
+    indices.  They are data, not static configuration, so fits that differ only in which
+    columns play which part (the refits of a likelihood-ratio test) share one compiled
+    program.  Make them with :func:`clm_columns`, which checks them."""
+
+    location: jax.Array
+    """The columns with one coefficient ``beta_j``, shape (d,)."""
+    nominal: jax.Array
+    """The columns with one threshold shift per threshold, ``gamma_jk``, shape (p,)."""
+    scale: jax.Array
+    """The columns of the log-linear scale model, ``zeta_j``, shape (r,)."""
+
+
+def clm_columns(location=(), nominal=(), scale=()) -> CLMColumns:
+    """:class:`CLMColumns` from sequences of column indices.
+
+    A column may be a location and a scale column at once, not a location and a nominal
+    one (the two effects are aliased).
+
+    Raises:
+        TypeError: an index that is not a non-negative integer.
+        ValueError: a column listed twice in one part, or in location and nominal.
+    """
+    parts = {}
+    for name, value in (("location", location), ("nominal", nominal), ("scale", scale)):
+        value = list(value)
+        if not all(isinstance(j, (int, np.integer)) and not isinstance(j, bool) and j >= 0 for j in value):
+            raise TypeError(f"{name} must hold non-negative column indices, got {value!r}")
+        if len(set(value)) != len(value):
+            raise ValueError(f"{name} lists a column twice: {value}")
+        parts[name] = np.asarray(value, np.int32)
+    both = sorted(set(parts["location"].tolist()) & set(parts["nominal"].tolist()))
+    if both:
+        raise ValueError(f"columns {both} are both location and nominal columns: their location "
+                         "effect is not identified beside a shift of every threshold")
+    return CLMColumns(**parts)
 
 
 @dataclasses.dataclass(frozen=True)
 class CLMConfig:
     """Static configuration of :func:`fit_clm` (hashable).
 
-    The columns of the design matrix ``A`` are given to the three parts of (1) by index; a
-    column may be in ``location`` and ``scale`` at once, not in ``location`` and ``nominal``.
-
     Attributes:
         n_classes: K, the number of ordered classes.
-        location: the columns with one coefficient ``beta_j``.
-        nominal: the columns with one threshold shift per threshold, ``gamma_jk``.
-        scale: the columns of the log-linear scale model, ``zeta_j``.
         link: any of :data:`bayesord._links.LINKS`.
         max_newton: cap on Newton iterations.
+        alpha: strength of the elastic-net penalty (2) on the location coefficients (0: none,
+            the maximum-likelihood fit).
+        l1_ratio: its share of L1, in [0, 1] (1: the lasso, 0: ridge).
     """
 
     n_classes: int
-    location: tuple = ()
-    nominal: tuple = ()
-    scale: tuple = ()
     link: str = "probit"
     max_newton: int = 100
+    alpha: float = 0.0
+    l1_ratio: float = 1.0
 
     def __post_init__(self):
         check_link(self.link)
         if self.n_classes < 2:
             raise ValueError(f"n_classes must be at least 2, got {self.n_classes}")
-        for name in ("location", "nominal", "scale"):
-            _indices(name, getattr(self, name))
-        both = sorted(set(self.location) & set(self.nominal))
-        if both:
-            raise ValueError(f"columns {both} are both location and nominal columns: their location "
-                             "effect is not identified beside a shift of every threshold")
         if self.max_newton < 1:
             raise ValueError("max_newton must be at least 1")
+        if not (np.isfinite(self.alpha) and self.alpha >= 0):
+            raise ValueError(f"alpha must be a non-negative number, got {self.alpha!r}")
+        if not 0.0 <= self.l1_ratio <= 1.0:
+            raise ValueError(f"l1_ratio must be in [0, 1], got {self.l1_ratio!r}")
 
     @property
-    def sizes(self):
-        """``(d, K-1, p, r)``: location columns, thresholds, nominal columns, scale columns."""
-        return len(self.location), self.n_classes - 1, len(self.nominal), len(self.scale)
+    def l1(self) -> bool:
+        """Whether the penalty has an L1 part (then the fit is a proximal Newton method)."""
+        return self.alpha > 0 and self.l1_ratio > 0
 
 
 @result_type
@@ -128,7 +168,13 @@ class CLMResult:
     """A fitted cumulative link model with nominal and scale effects."""
 
     config: CLMConfig
-    """The static configuration the model was fitted with (columns and link among it)."""
+    """The static configuration the model was fitted with (the link among it)."""
+    location: jax.Array
+    """The design matrix's location columns, shape (d,) (:class:`CLMColumns`)."""
+    nominal: jax.Array
+    """Its nominal columns, shape (p,)."""
+    scale_columns: jax.Array
+    """Its scale columns, shape (r,)."""
     coef: jax.Array
     """Location effects ``beta`` per unit of the user's columns, shape (d,)."""
     thresholds: jax.Array
@@ -175,9 +221,9 @@ class CLMPrediction(NamedTuple):
 
 
 # ----------------------------------------------------------------------- the model
-def _unpack(eta, config: CLMConfig):
+def _unpack(eta, cols: CLMColumns, k1):
     """``(beta_z, b, gamma_z (p, K-1), zeta_z)`` from ``eta``."""
-    d, k1, p, r = config.sizes
+    d, p = cols.location.shape[0], cols.nominal.shape[0]
     beta = eta[:d]
     b = thresholds_from_params(eta[d:d + k1])
     gamma = eta[d + k1:d + k1 + p * k1].reshape(p, k1)
@@ -185,36 +231,27 @@ def _unpack(eta, config: CLMConfig):
     return beta, b, gamma, zeta
 
 
-def _parts(Az, config: CLMConfig):
-    """The location, nominal and scale columns of the standardised design ``Az``."""
-    def take(idx):
-        return Az[:, jnp.asarray(idx, jnp.int32)] if idx else Az[:, :0]
-
-    return take(config.location), take(config.nominal), take(config.scale)
-
-
-def _latent(eta, Az, config: CLMConfig):
+def _latent(eta, Az, cols: CLMColumns, k1):
     """Each row's latent mean ``f`` (n,), thresholds ``B`` (n, K-1) and scale ``sigma`` (n,)."""
-    X, W, S = _parts(Az, config)
-    beta, b, gamma, zeta = _unpack(eta, config)
-    return X @ beta, b + W @ gamma, jnp.exp(S @ zeta)
+    beta, b, gamma, zeta = _unpack(eta, cols, k1)
+    return Az[:, cols.location] @ beta, b + Az[:, cols.nominal] @ gamma, jnp.exp(Az[:, cols.scale] @ zeta)
 
 
-def _loglik(eta, Az, y, weights, config: CLMConfig):
-    f, B, sigma = _latent(eta, Az, config)
-    return jnp.sum(weights * ordinal_ratios(f, y, B, sigma, config.link)[0])
+def _loglik(eta, Az, y, weights, cols: CLMColumns, link, k1):
+    f, B, sigma = _latent(eta, Az, cols, k1)
+    return jnp.sum(weights * ordinal_ratios(f, y, B, sigma, link)[0])
 
 
-def _margins(eta, Az, config: CLMConfig):
+def _margins(eta, Az, cols: CLMColumns, k1):
     """``a_k = (B_k - f) / sigma`` of (1), shape (n, K-1)."""
-    f, B, sigma = _latent(eta, Az, config)
+    f, B, sigma = _latent(eta, Az, cols, k1)
     return (B - f[:, None]) / sigma[:, None]
 
 
-def _natural(eta, center, scale, config: CLMConfig):
+def _natural(eta, center, scale, cols: CLMColumns, k1):
     """``(coef, thresholds, nominal_coef.ravel(), scale_coef)`` on the user's columns."""
-    loc, nom, sca = (np.asarray(i, np.int32) for i in (config.location, config.nominal, config.scale))
-    beta_z, b_z, gamma_z, zeta_z = _unpack(eta, config)
+    loc, nom, sca = cols
+    beta_z, b_z, gamma_z, zeta_z = _unpack(eta, cols, k1)
     zeta = zeta_z / scale[sca]
     kappa = jnp.exp(-center[sca] @ zeta)
     coef = beta_z / scale[loc] / kappa
@@ -223,9 +260,104 @@ def _natural(eta, center, scale, config: CLMConfig):
     return jnp.concatenate([coef, b, gamma.ravel(), zeta])
 
 
+def _columns_of(result) -> CLMColumns:
+    return CLMColumns(result.location, result.nominal, result.scale_columns)
+
+
+class _ProxState(NamedTuple):
+    eta: jax.Array
+    value: jax.Array  # F(eta), the penalised objective being minimised
+    grad: jax.Array  # gradient of its smooth part
+    prec: jax.Array  # saddle-free precision of its smooth part
+    n_iter: jax.Array
+    done: jax.Array
+    status: jax.Array
+
+
+def _prox_newton(smooth, eta0, lam, rtol, max_iter, max_sweeps=200):
+    """Minimise ``F = smooth(eta) + sum_j lam_j |eta_j|`` by proximal Newton steps.
+
+    Each step minimises the quadratic model of ``smooth`` (its gradient and its saddle-free
+    Hessian, :func:`bayesord._laplace.saddle_free_precision`) plus the L1 term by cyclic
+    coordinate descent (soft thresholding, as glmnet's inner loop), then halves the step
+    until ``F`` decreases by Armijo's rule on the step's predicted decrease ``Delta = g^T d +
+    sum lam (|eta + d| - |eta|)``; it stops when ``-Delta <= rtol (1 + |F|)`` (Lee, Sun and
+    Saunders, "Proximal Newton-type methods for minimizing composite functions", SIAM J.
+    Optim. 24, 2014, Algorithm 1).
+
+    Returns:
+        (eta, n_iter, converged, status).
+    """
+    dtype = eta0.dtype
+    m = eta0.shape[0]
+
+    def total(eta):
+        return smooth(eta) + jnp.sum(lam * jnp.abs(eta))
+
+    def derivatives(eta):
+        grad, hvp = jax.linearize(jax.grad(smooth), eta)
+        hess = jax.vmap(hvp)(jnp.eye(m, dtype=dtype))
+        return grad, saddle_free_precision(-0.5 * (hess + hess.T))
+
+    def direction(eta, g, H):
+        diag = jnp.diag(H)
+
+        def coord(j, d):
+            b = g[j] + H[j] @ d - diag[j] * d[j]
+            u = eta[j] - b / diag[j]
+            u = jnp.sign(u) * jnp.maximum(jnp.abs(u) - lam[j] / diag[j], 0.0)
+            return d.at[j].set(u - eta[j])
+
+        def sweep(c):
+            d, _, k = c
+            new = jax.lax.fori_loop(0, m, coord, d)
+            return new, jnp.max(jnp.abs(new - d)), k + 1
+
+        def more(c):
+            d, change, k = c
+            return (k < max_sweeps) & (change > 1e-3 * rtol * (1.0 + jnp.max(jnp.abs(d))))
+
+        d, _, _ = jax.lax.while_loop(more, sweep, sweep((jnp.zeros_like(eta), jnp.inf, 0)))
+        return d
+
+    def body(c):
+        d = direction(c.eta, c.grad, c.prec)
+        decrease = c.grad @ d + jnp.sum(lam * (jnp.abs(c.eta + d) - jnp.abs(c.eta)))
+        finished = -decrease <= rtol * (1.0 + jnp.abs(c.value))
+
+        def shorter(s):
+            t, _, k = s
+            return 0.5 * t, total(c.eta + 0.5 * t * d), k + 1
+
+        def too_high(s):
+            t, v, k = s
+            return (k < 40) & ~(jnp.isfinite(v) & (v <= c.value + 1e-4 * t * decrease))
+
+        t, value, halvings = jax.lax.while_loop(too_high, shorter, (jnp.ones((), dtype), total(c.eta + d), 0))
+        ok = jnp.isfinite(value) & (halvings < 40)
+        eta = jnp.where(ok & ~finished, c.eta + t * d, c.eta)
+        grad, prec = derivatives(eta)
+        n_iter = c.n_iter + 1
+        status = jnp.where(finished, Status.SUCCESS,
+                           jnp.where(~ok, Status.LINESEARCH_FAILED,
+                                     jnp.where(n_iter >= max_iter, Status.MAX_ITER, Status.SUCCESS)))
+        done = finished | ~ok | (n_iter >= max_iter)
+        return _ProxState(eta=eta, value=jnp.where(ok & ~finished, value, c.value), grad=grad, prec=prec,
+                          n_iter=n_iter, done=done, status=status.astype(jnp.int32))
+
+    grad, prec = derivatives(eta0)
+    init = _ProxState(eta=eta0, value=total(eta0), grad=grad, prec=prec, n_iter=jnp.zeros((), jnp.int32),
+                      done=jnp.zeros((), bool), status=jnp.asarray(Status.SUCCESS, jnp.int32))
+    c = jax.lax.while_loop(lambda c: ~c.done, body, init)
+    return c.eta, c.n_iter, c.status == Status.SUCCESS, c.status
+
+
 @partial(jax.jit, static_argnames=("config",))
-def fit_clm(A, y, weights, rtol, *, config: CLMConfig) -> CLMResult:
+def fit_clm(A, y, weights, rtol, columns: CLMColumns, *, config: CLMConfig) -> CLMResult:
     """Fit the cumulative link model (1) by maximum likelihood, with its Laplace posterior.
+
+    With ``config.alpha > 0`` the fit maximises the penalised likelihood (2) instead: Newton's
+    method for a ridge penalty, proximal Newton steps (:func:`_prox_newton`) with an L1 part.
 
     Args:
         A: the design matrix, shape (n, D): every column the location, nominal and scale
@@ -233,6 +365,7 @@ def fit_clm(A, y, weights, rtol, *, config: CLMConfig) -> CLMResult:
         y: classes 0..K-1, shape (n,).
         weights: non-negative sample weights, shape (n,) (zero-weight rows are ignored).
         rtol: relative tolerance of the Newton decrement (e.g. 1e-10 in float64).
+        columns: :class:`CLMColumns` (from :func:`clm_columns`): the columns of each part.
         config: :class:`CLMConfig` (static).
 
     Returns:
@@ -243,8 +376,8 @@ def fit_clm(A, y, weights, rtol, *, config: CLMConfig) -> CLMResult:
         >>> rng = np.random.default_rng(0)
         >>> A = rng.normal(size=(300, 1))
         >>> y = np.digitize(A[:, 0] + rng.normal(size=300) * np.exp(0.5 * A[:, 0]), [-1.0, 1.0])
-        >>> res = fit_clm(A, y, np.ones(300), 1e-8,
-        ...               config=CLMConfig(n_classes=3, location=(0,), scale=(0,)))
+        >>> res = fit_clm(A, y, np.ones(300), 1e-8, clm_columns(location=[0], scale=[0]),
+        ...               config=CLMConfig(n_classes=3))
         >>> bool(res.converged), res.scale_coef.shape
         (True, (1,))
     """
@@ -254,7 +387,10 @@ def fit_clm(A, y, weights, rtol, *, config: CLMConfig) -> CLMResult:
     y = jnp.asarray(y, jnp.int32)
     weights = jnp.asarray(weights, dtype)
     rtol = jnp.asarray(rtol, dtype)
-    d, k1, p, r = config.sizes
+    cols = CLMColumns(*(jnp.asarray(c, jnp.int32) for c in columns))
+    d, p, r = (c.shape[0] for c in cols)
+    k1 = config.n_classes - 1
+    link = config.link
     center, scale = center_and_scale(A, weights)
     # Zero-weight rows (padding among them) sit at the column means, where the thresholds are
     # ordered, so no non-finite value reaches the derivatives through them.
@@ -263,23 +399,40 @@ def fit_clm(A, y, weights, rtol, *, config: CLMConfig) -> CLMResult:
     theta0 = jnp.concatenate([b0[:1], jnp.log(jnp.diff(b0))])
     eta0 = jnp.concatenate([jnp.zeros(d, dtype), theta0, jnp.zeros(p * k1 + r, dtype)])
 
-    def objective(eta, v):
-        return _loglik(eta, Az, y, weights, config), (v, jnp.ones((), bool))
+    # The penalty (2), in units of the log-likelihood: W alpha on the mean log-likelihood.
+    located = jnp.arange(eta0.shape[0]) < d
+    total_weight = jnp.sum(weights)
+    lam1 = jnp.where(located, total_weight * config.alpha * config.l1_ratio, 0.0).astype(dtype)
+    lam2 = jnp.where(located, total_weight * config.alpha * (1.0 - config.l1_ratio), 0.0).astype(dtype)
 
-    eta, value, hess, _, n_iter, converged, status = maximise_exact(
-        objective, eta0, jnp.zeros((0,), dtype), rtol, config.max_newton)
-    L, chol_ok = safe_cholesky(-hess)
-    eta_cov = jax.scipy.linalg.cho_solve((L, True), jnp.eye(eta.shape[0], dtype=dtype))
+    def penalised(eta):
+        return _loglik(eta, Az, y, weights, cols, link, k1) - 0.5 * jnp.sum(lam2 * eta * eta)
+
+    if config.l1:
+        eta, n_iter, converged, status = _prox_newton(lambda e: -penalised(e), eta0, lam1, rtol, config.max_newton)
+        hess = jax.hessian(penalised)(eta)
+    else:
+        eta, _, hess, _, n_iter, converged, status = maximise_exact(
+            lambda e, v: (penalised(e), (v, jnp.ones((), bool))), eta0, jnp.zeros((0,), dtype), rtol,
+            config.max_newton)
+    value = _loglik(eta, Az, y, weights, cols, link, k1)
+    # The Laplace posterior, given which coefficients the L1 part set to zero: those are
+    # held at 0 (their rows and columns of the covariance are 0).
+    free = (lam1 == 0) | (eta != 0)
+    both = free[:, None] & free[None, :]
+    eye = jnp.eye(eta.shape[0], dtype=dtype)
+    L, chol_ok = safe_cholesky(jnp.where(both, -hess, eye))
+    eta_cov = jnp.where(both, jax.scipy.linalg.cho_solve((L, True), eye), 0.0)
     status = jnp.where(chol_ok | (status != Status.SUCCESS), status, Status.NOT_POSITIVE_DEFINITE)
     status = jnp.where(jnp.isfinite(value), status, Status.NONFINITE)
 
-    _, B, _ = _latent(eta, Az, config)
+    _, B, _ = _latent(eta, Az, cols, k1)
     crossed = jnp.any(jnp.diff(B, axis=1) <= 0, axis=1) & (weights > 0)
 
-    J = jax.jacfwd(_natural)(eta, center, scale, config)
-    nat = _natural(eta, center, scale, config)
+    J = jax.jacfwd(_natural)(eta, center, scale, cols, k1)
+    nat = _natural(eta, center, scale, cols, k1)
     return CLMResult(
-        config=config, coef=nat[:d], thresholds=nat[d:d + k1],
+        config=config, location=cols.location, nominal=cols.nominal, scale_columns=cols.scale, coef=nat[:d], thresholds=nat[d:d + k1],
         nominal_coef=nat[d + k1:d + k1 + p * k1].reshape(p, k1), scale_coef=nat[d + k1 + p * k1:],
         cov=J @ eta_cov @ J.T, center=center, scale=scale, eta=eta, eta_cov=eta_cov, loglik=value,
         n_crossed=jnp.sum(crossed).astype(jnp.int32), n_iter=n_iter, converged=converged & chol_ok,
@@ -300,9 +453,10 @@ def predict_clm(result: CLMResult, A) -> CLMPrediction:
     (:func:`bayesord._likelihood.log_class_probs` keeps the cumulative ones monotone).
     """
     config = result.config
+    cols, k1 = _columns_of(result), config.n_classes - 1
     Az = _standardised(result, A)
-    margin = _margins(result.eta, Az, config)
-    grad = jax.jacfwd(_margins)(result.eta, Az, config)  # (n, K-1, m)
+    margin = _margins(result.eta, Az, cols, k1)
+    grad = jax.jacfwd(_margins)(result.eta, Az, cols, k1)  # (n, K-1, m)
     var = jnp.einsum("nkm,ml,nkl->nk", grad, result.eta_cov, grad)
     zero = jnp.zeros(margin.shape[:1], margin.dtype)
     log_p, log_cum = log_predictive_probs(zero, jnp.maximum(var, 0.0), jnp.ones((), margin.dtype), margin,
@@ -310,10 +464,10 @@ def predict_clm(result: CLMResult, A) -> CLMPrediction:
     return CLMPrediction(margin=margin, margin_var=var, proba=jnp.exp(log_p), cum_proba=jnp.exp(log_cum))
 
 
-def _plugin_proba(eta, Az, config: CLMConfig):
-    a = _margins(eta, Az, config)
+def _plugin_proba(eta, Az, result):
+    a = _margins(eta, Az, _columns_of(result), result.config.n_classes - 1)
     one = jnp.ones(a.shape[:1], a.dtype)
-    return jnp.exp(log_class_probs(jnp.zeros_like(one), one, a, config.link))
+    return jnp.exp(log_class_probs(jnp.zeros_like(one), one, a, result.config.link))
 
 
 @partial(jax.jit, static_argnames=("n_draws",))
@@ -324,7 +478,7 @@ def sample_class_probs_clm(result: CLMResult, A, key, *, n_draws: int = 200):
     L, ok = safe_cholesky(result.eta_cov)
     L = jnp.where(ok, L, jnp.nan)  # a failed factorisation shows as NaN draws, never as zeros
     e = jax.random.normal(key, (n_draws, result.eta.shape[0]), result.eta.dtype) @ L.T
-    return jax.vmap(lambda e_s: _plugin_proba(result.eta + e_s, Az, result.config))(e)
+    return jax.vmap(lambda e_s: _plugin_proba(result.eta + e_s, Az, result))(e)
 
 
 @jax.jit
@@ -339,6 +493,6 @@ def marginal_effects_clm(result: CLMResult, A, discrete):
         (effects, sds), each of shape (D, K + 1).
     """
     def proba(eta, A_rows):
-        return _plugin_proba(eta, _standardised(result, A_rows), result.config)
+        return _plugin_proba(eta, _standardised(result, A_rows), result)
 
     return average_marginal_effects(proba, result.eta, result.eta_cov, A, discrete)

@@ -51,6 +51,7 @@ __all__ = [
     "JointPosterior",
     "joint_posterior",
     "maximise_exact",
+    "saddle_free_precision",
 ]
 
 _ARMIJO = 1e-4
@@ -410,7 +411,7 @@ def joint_posterior(Phi, y, weights, w, b, sigma, alpha, chol, link="probit") ->
     return JointPosterior(thresholds_cov, -gain @ thresholds_cov, gain, ok)
 
 
-def _saddle_free_precision(hessian):
+def saddle_free_precision(hessian):
     """Minus the Hessian with its eigenvalues replaced by their absolute values (floored).
 
     Newton's direction with this matrix ascends even where (1) is not concave (far from the
@@ -444,7 +445,7 @@ def maximise_exact(objective, eta0, v0, rtol, max_iter):
     Every pass evaluates the value, gradient and Hessian at one trial point (one trace of
     the objective in the compiled program: a rejected trial, rare here, wastes its
     derivatives); the direction is the saddle-free Newton direction
-    (:func:`_saddle_free_precision`), the step is halved until Armijo's condition holds, and
+    (:func:`saddle_free_precision`), the step is halved until Armijo's condition holds, and
     after the Newton decrement meets ``rtol`` one polishing step is taken, as in
     :func:`_newton`.  For small parameter vectors whose objective has no cheaper Hessian
     (the mixed model's Laplace likelihood, the cumulative link model with nominal and scale
@@ -471,7 +472,7 @@ def maximise_exact(objective, eta0, v0, rtol, max_iter):
                           c.value + 1e-4 * c.t * c.slope)
         accepted = c.first | (jnp.isfinite(value) & (value >= floor))
         n_iter = c.n_iter + (accepted & ~c.first).astype(jnp.int32)
-        step = jnp.linalg.solve(_saddle_free_precision(hess), grad)
+        step = jnp.linalg.solve(saddle_free_precision(hess), grad)
         slope = grad @ step
         finished = 0.5 * slope <= rtol * (1.0 + jnp.abs(value))
         finite = jnp.isfinite(value) & jnp.all(jnp.isfinite(grad)) & jnp.all(jnp.isfinite(hess))

@@ -8,7 +8,7 @@ location term is fitted by ``CumulativeLinkModel.from_formula`` and by ``clm`` t
 difference in log-likelihood over the model and all its refits, the refits whose
 maximum-likelihood estimate does not exist (flagged by either program: not converged, or a
 singular Hessian in R), and times: bayesord's first call of the tests in this process
-(compilation included, one program per refit shape) and the compiled tests, against R's
+(compilation included: one program per term width and test) and the compiled tests, against R's
 time for the same tests (``system.time`` inside R, so R's start-up and CSV reading are
 excluded).
 

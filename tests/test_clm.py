@@ -16,14 +16,14 @@ import warnings
 import numpy as np
 import pandas as pd
 import pytest
-from scipy.optimize import minimize
+from scipy.optimize import Bounds, minimize
 from scipy.special import expit
 from scipy.stats import norm
 
 import jax
 
 from bayesord import CumulativeLinkModel, ThresholdCrossingWarning, load_model
-from bayesord._clm import CLMConfig, fit_clm, sample_class_probs_clm
+from bayesord._clm import CLMConfig, clm_columns, fit_clm, sample_class_probs_clm
 from sklearn.exceptions import ConvergenceWarning
 
 # ---------------------------------------------------------------- R references
@@ -237,6 +237,48 @@ def test_saving_round_trips(simulated, tmp_path):
         loaded.nominal_test()
 
 
+def test_the_elastic_net_fit_is_the_penalised_optimum_scipy_finds():
+    """The penalty on standardised location coefficients, against SciPy's L-BFGS-B on the
+    same objective over the standardised columns (the fit's own parameters), each
+    coefficient split into positive and negative parts (the exact smooth form of an L1
+    term): the same estimates, the same coefficients at exactly zero."""
+    A, y = _simulate()
+    rng = np.random.default_rng(1)
+    A = np.c_[A, 3.0 + rng.normal(size=(len(y), 2)) * [1.0, 50.0]]  # two columns without effect
+    alpha, l1_ratio = 0.05, 0.9
+    model = CumulativeLinkModel(alpha=alpha, l1_ratio=l1_ratio, scale=[2]).fit(A, y)
+    Z = (A - A.mean(axis=0)) / A.std(axis=0)
+    n, d = Z.shape
+
+    def objective(z):  # z = (beta+, beta-, thresholds, log-scale) on Z: minimised
+        beta = z[:d] - z[d:2 * d]
+        pen = alpha * n * (l1_ratio * np.sum(z[:2 * d]) + 0.5 * (1 - l1_ratio) * np.sum(beta ** 2))
+        return -_np_loglik(np.r_[beta, z[2 * d:]], np.c_[Z, Z[:, 2]], y, d, 0, 1, 4, "probit") + pen
+
+    start = np.r_[np.zeros(2 * d), -0.5, 0.5, 1.5, 0.0]
+    lower = np.r_[np.zeros(2 * d), np.full(4, -np.inf)]
+    ref = minimize(objective, start, method="L-BFGS-B", bounds=Bounds(lower, np.inf),
+                   options=dict(ftol=1e-15, gtol=1e-9, maxiter=20000, maxfun=100000))
+    beta_ref = ref.x[:d] - ref.x[d:2 * d]
+    beta = np.asarray(model.result_.eta[:d])
+    ours = np.r_[np.maximum(beta, 0), np.maximum(-beta, 0), model.result_.eta[d:d + 3].cumsum() * 0, 0.0]
+    b = np.asarray(model.result_.eta[d:d + 3])
+    ours[2 * d:2 * d + 3] = np.r_[b[0], b[0] + np.cumsum(np.exp(b[1:]))]
+    ours[-1] = model.result_.eta[-1]
+    assert objective(ours) <= ref.fun + 1e-7
+    np.testing.assert_allclose(beta, beta_ref, atol=2e-4)
+    zero = model.coef_ == 0
+    assert 2 <= zero.sum() <= 3 and not zero[0]
+    assert np.all(np.abs(beta_ref[zero]) < 1e-6) and np.all(np.abs(beta_ref[~zero]) > 1e-3)
+    assert np.all(np.sqrt(np.diag(model.cov_))[:d][zero] == 0)
+    with pytest.raises(ValueError, match="penalised"):
+        model.nominal_test()
+    with pytest.raises(ValueError, match="l1_ratio"):
+        CumulativeLinkModel(alpha=0.1, l1_ratio=1.5).fit(A, y)
+    with pytest.raises(ValueError, match="alpha"):
+        CumulativeLinkModel(alpha=-1.0).fit(A, y)
+
+
 def test_crossing_thresholds_warn_and_keep_probabilities_valid():
     """The middle class is impossible for w > 0.55 in the simulated data; the fitted linear
     shifts then cross there, and those rows get probability 0 for it (never below)."""
@@ -273,8 +315,8 @@ def test_bad_input(wine):
         CumulativeLinkModel.from_formula("rating ~ temp", wine, scale="~ colour")
     with pytest.raises(TypeError, match="do not pass location"):
         CumulativeLinkModel.from_formula("rating ~ temp", wine, nominal=None, **{"location": ["x"]})
-    with pytest.raises(TypeError, match="must be a tuple"):
-        CLMConfig(n_classes=3, nominal=[0])
+    with pytest.raises(TypeError, match="non-negative column indices"):
+        clm_columns(nominal=[-1])
     with pytest.warns(ConvergenceWarning, match="does not exist"):
         CumulativeLinkModel.from_formula("rating ~ contact", wine, nominal="~ temp", link="logit")
 
@@ -283,14 +325,14 @@ def test_the_functional_fit_ignores_zero_weight_rows():
     """Rows at weight zero (the estimator's padding among them) change nothing, whatever they
     hold: here they are replaced by extreme values and the top class."""
     A, y = _simulate(300, seed=5)
-    config = CLMConfig(n_classes=4, location=(0, 2), nominal=(1,), scale=(2,))
+    config, columns = CLMConfig(n_classes=4), clm_columns(location=[0, 2], nominal=[1], scale=[2])
     w = np.ones(len(y))
     w[::3] = 0.0
-    full = fit_clm(A, y, w, 1e-10, config=config)
+    full = fit_clm(A, y, w, 1e-10, columns, config=config)
     junk_A, junk_y = A.copy(), y.copy()
     junk_A[w == 0] = [1e6, 1.0, -1e8]
     junk_y[w == 0] = 3
-    junk = fit_clm(junk_A, junk_y, w, 1e-10, config=config)
+    junk = fit_clm(junk_A, junk_y, w, 1e-10, columns, config=config)
     params = np.r_[full.coef, full.thresholds, np.ravel(full.nominal_coef), full.scale_coef]
     np.testing.assert_allclose(np.r_[junk.coef, junk.thresholds, np.ravel(junk.nominal_coef), junk.scale_coef],
                                params, rtol=1e-6, atol=1e-9)

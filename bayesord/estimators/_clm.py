@@ -9,6 +9,7 @@ from sklearn.exceptions import ConvergenceWarning
 from .._clm import (
     CLMConfig,
     CLMResult,
+    clm_columns,
     ThresholdCrossingWarning,
     fit_clm,
     marginal_effects_clm,
@@ -94,6 +95,12 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
             cannot be in ``location`` too.
         scale: the columns of the log-linear scale model (default none); they may be
             location columns as well.
+        alpha: strength of an elastic-net penalty on the location coefficients (default 0:
+            none, the maximum-likelihood fit): ``alpha`` times ``l1_ratio |beta_z|_1 +
+            (1 - l1_ratio) |beta_z|^2 / 2`` is subtracted from the mean log-likelihood,
+            ``beta_z`` the coefficients per standard deviation of their columns.
+        l1_ratio: the penalty's share of L1, in [0, 1] (default 1, the lasso: coefficients
+            set to exactly zero; 0 is ridge).
         tol: relative tolerance of the Newton solve (default 1e-10 in float64, 1e-5 in float32).
         max_iter: cap on Newton iterations.
         classes: the labels in increasing order (required for string labels).
@@ -136,12 +143,14 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
     _zero_weight_drops_row = True
     _min_features = 0
 
-    def __init__(self, link="probit", location=None, nominal=None, scale=None, tol=None, max_iter=100,
-                 classes=None, n_draws=200, random_state=None, class_weight=None):
+    def __init__(self, link="probit", location=None, nominal=None, scale=None, alpha=0.0, l1_ratio=1.0, tol=None,
+                 max_iter=100, classes=None, n_draws=200, random_state=None, class_weight=None):
         self.link = link
         self.location = location
         self.nominal = nominal
         self.scale = scale
+        self.alpha = alpha
+        self.l1_ratio = l1_ratio
         self.tol = tol
         self.max_iter = max_iter
         self.classes = classes
@@ -235,14 +244,17 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
                              "or leave them out of X")
         return location, nominal, scale
 
-    def _config(self, n_classes, names, d):
-        if not isinstance(self.max_iter, (int, np.integer)) or isinstance(self.max_iter, bool) or self.max_iter < 1:
-            raise ValueError(f"max_iter must be a positive integer, got {self.max_iter!r}")
-        if not isinstance(self.n_draws, (int, np.integer)) or isinstance(self.n_draws, bool) or self.n_draws < 1:
-            raise ValueError(f"n_draws must be a positive integer, got {self.n_draws!r}")
-        location, nominal, scale = self._resolve(names, d)
-        return CLMConfig(n_classes=n_classes, location=location, nominal=nominal, scale=scale, link=self.link,
-                         max_newton=int(self.max_iter))
+    def _config(self, n_classes):
+        for name in ("max_iter", "n_draws"):
+            val = getattr(self, name)
+            if not isinstance(val, (int, np.integer)) or isinstance(val, bool) or val < 1:
+                raise ValueError(f"{name} must be a positive integer, got {val!r}")
+        for name in ("alpha", "l1_ratio"):
+            val = getattr(self, name)
+            if isinstance(val, bool) or not isinstance(val, (int, float, np.integer, np.floating)):
+                raise TypeError(f"{name} must be a number, got {val!r}")
+        return CLMConfig(n_classes=n_classes, link=self.link, max_newton=int(self.max_iter), alpha=float(self.alpha),
+                         l1_ratio=float(self.l1_ratio))
 
     @fresh_fit
     def fit(self, X, y, sample_weight=None, classes=None):
@@ -267,9 +279,10 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         """
         X, codes, sw = self._validate_fit(X, y, sample_weight, classes)
         names = getattr(self, "feature_names_in_", None)
-        config = self._config(len(self.classes_), names, X.shape[1])
+        config = self._config(len(self.classes_))
+        columns = clm_columns(*self._resolve(names, X.shape[1]))
         self._train = (X, codes, sw)  # for nominal_test and scale_test (not saved)
-        res = self._fit_config(config)
+        res = self._fit_columns(columns, config)
         sd = np.sqrt(np.abs(np.diag(res.cov)))
         drift = np.flatnonzero(sd > 10 * np.maximum(1.0, np.abs(_natural_vector(res))))
         if int(res.status) == Status.MAX_ITER and drift.size:
@@ -292,21 +305,20 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         self._terms = None
         return self
 
-    def _fit_config(self, config):
-        """The functional fit of the training rows under ``config`` (host arrays)."""
+    def _fit_columns(self, columns, config):
+        """The functional fit of the training rows with ``columns`` (host arrays)."""
         X, codes, sw = self._train
         dtype = float_dtype()
         n = X.shape[0]
         A, c, w = pad_rows(bucket_rows(n), X.astype(dtype), codes, sw.astype(dtype))
-        res = _fit_program(A.shape[0])(A, c, w, solver_tol(self.tol, dtype), config=config)
+        res = _fit_program(A.shape[0])(A, c, w, solver_tol(self.tol, dtype), columns, config=config)
         return jax.tree_util.tree_map(np.asarray, res)
 
     def _set_result(self, res, names):
         self.result_ = res
-        config = res.config
         label = [str(n) for n in names] if names is not None else [f"x{j}" for j in range(len(res.center))]
-        self.location_, self.nominal_, self.scale_ = ([label[j] for j in idx] for idx in
-                                                      (config.location, config.nominal, config.scale))
+        self.location_, self.nominal_, self.scale_ = ([label[j] for j in np.asarray(idx).tolist()] for idx in
+                                                      (res.location, res.nominal, res.scale_columns))
         self.coef_ = res.coef
         self.thresholds_ = res.thresholds
         self.nominal_coef_ = res.nominal_coef
@@ -321,7 +333,12 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         return self._validate_predict(X).astype(float_dtype())
 
     def _result(self):
-        return jax.tree_util.tree_map(lambda a: np.asarray(a, float_dtype()), self.result_)
+        """The result in the working float type (its column indices stay integers)."""
+        def cast(a):
+            a = np.asarray(a)
+            return a.astype(float_dtype()) if a.dtype.kind == "f" else a
+
+        return jax.tree_util.tree_map(cast, self.result_)
 
     def _predict_all(self, X):
         A = self._rows(X)
@@ -384,7 +401,7 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
                  + [f"log-scale: {c}" for c in self.scale_])
         mean = _natural_vector(self.result_)
         sd = np.sqrt(np.diag(self.cov_))
-        z = mean / sd
+        z = np.divide(mean, sd, out=np.full_like(mean, np.nan), where=sd > 0)  # an L1 zero has no z
         return posterior_table(names, mean, sd, level, z=z, p=2 * norm.sf(np.abs(z)))
 
     def marginal_effects(self, X, level=0.95):
@@ -422,25 +439,31 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         return {c: [c] for c in self.location_}
 
     def _lr_table(self, moved):
-        """Refit with each location term moved (``moved(config, columns) -> config``) and
-        compare log-likelihoods: the table of :meth:`nominal_test` and :meth:`scale_test`."""
+        """Refit with each location term moved (``moved(location, nominal, scale, columns) ->
+        (location, nominal, scale)``, or None to skip the term) and compare log-likelihoods:
+        the table of :meth:`nominal_test` and :meth:`scale_test`.  Terms of the same width
+        share one compiled program (the columns are data to it)."""
         import pandas as pd
         from scipy.stats import chi2
         from sklearn.utils.validation import check_is_fitted
 
         check_is_fitted(self, "result_")
+        if self.result_.config.alpha > 0:
+            raise ValueError("likelihood-ratio tests compare maximum-likelihood fits; this model is penalised "
+                             "(alpha > 0): test with alpha=0")
         if getattr(self, "_train", None) is None:
             raise ValueError("the test refits the model on its training data, which a loaded model does "
                              "not have: fit it again")
         base = self.result_
+        parts = [np.asarray(a).tolist() for a in (base.location, base.nominal, base.scale_columns)]
         n_par = base.eta.shape[0]
         index = {c: j for j, c in enumerate(self._column_names())}
         rows = {"<none>": (np.nan, self.loglik_, 2 * (n_par - self.loglik_), np.nan, np.nan, self.converged_)}
         for term, cols in self._terms_of_location().items():
-            config = moved(base.config, tuple(index[c] for c in cols))
-            if config is None:
+            new = moved(*parts, [index[c] for c in cols])
+            if new is None:
                 continue
-            res = self._fit_config(config)
+            res = self._fit_columns(clm_columns(*new), base.config)
             df = res.eta.shape[0] - n_par
             usable = Status(int(res.status)) in (Status.SUCCESS, Status.MAX_ITER)
             ll = float(res.loglik) if usable else np.nan
@@ -465,10 +488,8 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
             pandas DataFrame indexed by term (``<none>`` the model itself) with columns df,
             loglik, AIC, LR, p and converged.
         """
-        def moved(config, cols):
-            location = tuple(j for j in config.location if j not in cols)
-            return CLMConfig(n_classes=config.n_classes, location=location, nominal=config.nominal + cols,
-                             scale=config.scale, link=config.link, max_newton=config.max_newton)
+        def moved(location, nominal, scale, cols):
+            return [j for j in location if j not in cols], nominal + cols, scale
 
         return self._lr_table(moved)
 
@@ -482,11 +503,8 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         Returns:
             pandas DataFrame indexed by term, as :meth:`nominal_test`.
         """
-        def moved(config, cols):
-            if set(cols) & set(config.scale):
-                return None
-            return CLMConfig(n_classes=config.n_classes, location=config.location, nominal=config.nominal,
-                             scale=config.scale + cols, link=config.link, max_newton=config.max_newton)
+        def moved(location, nominal, scale, cols):
+            return None if set(cols) & set(scale) else (location, nominal, scale + cols)
 
         return self._lr_table(moved)
 
@@ -495,8 +513,8 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         arrays = {f"result.{k}": np.asarray(v) for k, v in self.result_._asdict().items()}
         arrays["binary_columns_"] = np.asarray(self.binary_columns_)
         config = self.result_.config
-        return arrays, {"config": {"location": list(config.location), "nominal": list(config.nominal),
-                                   "scale": list(config.scale), "max_newton": config.max_newton}}
+        return arrays, {"config": {"max_newton": config.max_newton, "alpha": config.alpha,
+                                   "l1_ratio": config.l1_ratio}}
 
     def _check_restored(self):
         """Nothing more to check: :meth:`_restore` checks every array against the saved column
@@ -504,12 +522,14 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
 
     def _restore(self, arrays, meta):
         d, k = int(self.n_features_in_), len(self.classes_)
-        columns = {name: tuple(int(j) for j in meta["config"][name]) for name in ("location", "nominal", "scale")}
-        config = CLMConfig(n_classes=k, link=self.link, max_newton=int(meta["config"]["max_newton"]), **columns)
+        config = CLMConfig(n_classes=k, link=self.link, **meta["config"])
         res = CLMResult(config=config, **{name: arrays[f"result.{name}"] for name in CLMResult._fields})
-        if any(j >= d for idx in columns.values() for j in idx):
-            raise ValueError(f"the saved column choices {columns} name columns beyond the model's {d}")
-        dl, k1, p, r = config.sizes
+        columns = [np.asarray(a) for a in (res.location, res.nominal, res.scale_columns)]
+        if any(a.ndim != 1 or a.dtype.kind not in "iu" or np.any((a < 0) | (a >= d)) for a in columns):
+            raise ValueError(f"the saved column choices name columns outside the model's {d}")
+        clm_columns(*(a.tolist() for a in columns))
+        dl, p, r = (a.shape[0] for a in columns)
+        k1 = k - 1
         m = dl + k1 * (1 + p) + r
         self._check_shapes(("result.coef", res.coef, (dl,)), ("result.thresholds", res.thresholds, (k1,)),
                            ("result.nominal_coef", res.nominal_coef, (p, k1)),
