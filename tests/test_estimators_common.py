@@ -15,6 +15,7 @@ from bayesord import (
     NPSVOR,
     SBOR,
     CuSumRank,
+    CumulativeLinkModel,
     OrdinalProbit,
     PRank,
     RedSVM,
@@ -32,6 +33,7 @@ X0, Y0, _ = make_ordinal_probit(60, 2, 3, seed=11)
 # (estimator, a parameter value its fit refuses)
 CASES = [
     (OrdinalProbit(), {"alpha": -1.0}),
+    (CumulativeLinkModel(scale=[0]), {"alpha": -1.0}),
     (ISBOR(theta=1.0, capacity=16, max_iter=60, random_state=0), {"theta": -1.0}),
     (SBOR(theta=1.0), {"theta": -1.0}),
     (NPSVOR(random_state=0), {"C": -1.0}),
