@@ -274,6 +274,28 @@ def class_from_proba(proba, rule):
     raise ValueError(f"rule must be 'mode' or 'median', got {rule!r}")
 
 
+def draws_key(random_state):
+    """The JAX key of an estimator's posterior draws: its ``random_state`` (an int), 0 for None."""
+    seed = 0 if random_state is None else random_state
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise TypeError("random_state must be an int or None")
+    return jax.random.key(int(seed))
+
+
+def check_level(level):
+    """A credible level in (0, 1)."""
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+
+
+def bands_from_draws(draws, level):
+    """``(lower, upper, sd)`` of class probabilities, each (n, K), from posterior draws of
+    shape (n_draws, n, K): the central ``level`` band and the draws' sd."""
+    draws = np.asarray(draws, dtype=np.float64)
+    lo, hi = np.quantile(draws, [(1 - level) / 2, (1 + level) / 2], axis=0)
+    return np.clip(lo, 0.0, 1.0), np.clip(hi, 0.0, 1.0), draws.std(axis=0)
+
+
 def threshold_names(classes):
     """Row names of the thresholds in a summary table: ``threshold low|mid``, ..."""
     cls = [str(c) for c in classes]

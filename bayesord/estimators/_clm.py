@@ -24,8 +24,11 @@ from ._base import (
     BAYES_ONE_CLASS_HINT,
     OrdinalEstimator,
     SavableMixin,
+    bands_from_draws,
     binary_columns,
+    check_level,
     class_from_proba,
+    draws_key,
     fresh_fit,
     marginal_effects_table,
     posterior_table,
@@ -363,18 +366,12 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
     def predict_proba_interval(self, X, level=0.95):
         """Central credible band and posterior sd of each class probability, each (n, K),
         from ``n_draws`` draws of the parameters from their Laplace posterior."""
-        if not 0.0 < level < 1.0:
-            raise ValueError(f"level must be in (0, 1), got {level}")
+        check_level(level)
         A = self._rows(X)
-        seed = 0 if self.random_state is None else self.random_state
-        if not isinstance(seed, (int, np.integer)):
-            raise TypeError("random_state must be an int or None")
         n = A.shape[0]
-        draws = sample_class_probs_clm(self._result(), pad_rows(bucket_rows(n), A)[0], jax.random.key(int(seed)),
+        draws = sample_class_probs_clm(self._result(), pad_rows(bucket_rows(n), A)[0], draws_key(self.random_state),
                                        n_draws=int(self.n_draws))
-        draws = np.asarray(draws[:, :n], dtype=np.float64)
-        lo, hi = np.quantile(draws, [(1 - level) / 2, (1 + level) / 2], axis=0)
-        return np.clip(lo, 0.0, 1.0), np.clip(hi, 0.0, 1.0), draws.std(axis=0)
+        return bands_from_draws(draws[:, :n], level)
 
     def score(self, X, y, sample_weight=None):
         """Negative mean absolute error in class positions (higher is better)."""

@@ -23,8 +23,11 @@ from ._base import (
     BAYES_ONE_CLASS_HINT,
     OrdinalEstimator,
     SavableMixin,
+    bands_from_draws,
     binary_columns,
+    check_level,
     class_from_proba,
+    draws_key,
     fresh_fit,
     marginal_effects_table,
     posterior_table,
@@ -281,19 +284,13 @@ class OrdinalMixed(SavableMixin, OrdinalEstimator):
         From ``n_draws`` draws of ``(beta, b, tau)`` and of each row's group effect given
         them (:func:`bayesord._mixed.sample_class_probs_mixed`).
         """
-        if not 0.0 < level < 1.0:
-            raise ValueError(f"level must be in (0, 1), got {level}")
+        check_level(level)
         X, codes = self._inputs(X, groups)
-        seed = 0 if self.random_state is None else self.random_state
-        if not isinstance(seed, (int, np.integer)):
-            raise TypeError("random_state must be an int or None")
         n = X.shape[0]
         X, codes = pad_rows(bucket_rows(n), X, codes)
-        draws = sample_class_probs_mixed(self._result(), X, codes, jax.random.key(int(seed)),
+        draws = sample_class_probs_mixed(self._result(), X, codes, draws_key(self.random_state),
                                          n_draws=int(self.n_draws))
-        draws = np.asarray(draws[:, :n], dtype=np.float64)
-        lo, hi = np.quantile(draws, [(1 - level) / 2, (1 + level) / 2], axis=0)
-        return np.clip(lo, 0.0, 1.0), np.clip(hi, 0.0, 1.0), draws.std(axis=0)
+        return bands_from_draws(draws[:, :n], level)
 
     def score(self, X, y, groups=None, sample_weight=None):
         """Negative mean absolute error in class positions (higher is better)."""

@@ -26,6 +26,7 @@ from ._base import (
     SavableMixin,
     binary_columns,
     class_from_proba,
+    draws_key,
     fresh_fit,
     marginal_effects_table,
     posterior_table,
@@ -280,10 +281,7 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         """
         X = self._validate_predict(X)
         res = jax.tree_util.tree_map(lambda a: np.asarray(a, float_dtype()), self.result_)
-        seed = 0 if self.random_state is None else self.random_state
-        if not isinstance(seed, (int, np.integer)):
-            raise TypeError("random_state must be an int or None")
-        lo, hi, sd = class_prob_bands(res, X.astype(float_dtype()), jax.random.key(int(seed)),
+        lo, hi, sd = class_prob_bands(res, X.astype(float_dtype()), draws_key(self.random_state),
                                       level=level, n_draws=int(self.n_draws))
         return tuple(np.clip(np.asarray(a, dtype=np.float64), 0.0, 1.0) for a in (lo, hi, sd))
 
