@@ -502,7 +502,9 @@ def _predict(args) -> int:
     from .estimators import load_model
 
     model = load_model(args.model)
-    frame = _feature_frame(args.data, args.target, getattr(model, "feature_names_in_", None), "DATA")
+    # A model fitted from a formula codes the raw columns itself (text ones among them).
+    names = None if getattr(model, "formula_", None) is not None else getattr(model, "feature_names_in_", None)
+    frame = _feature_frame(args.data, args.target, names, "DATA")
     alphas = _parse_alphas(args.set)
     if (args.proba or args.uncertainty or alphas is not None) and not hasattr(model, "predict_proba"):
         raise ValueError(f"{args.model} holds a {type(model).__name__} that was fitted without "

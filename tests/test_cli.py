@@ -133,6 +133,25 @@ def test_predict_reads_a_model_saved_in_python(tmp_path, capsys):
     assert "CuSumRank that was fitted without calibration, so it gives labels and scores only" in capsys.readouterr().err
 
 
+def test_predict_takes_raw_text_columns_for_a_formula_model(tmp_path, datasets_dir):
+    """A grouped model fitted from a formula in Python and saved: ``bayesord predict`` reads
+    the raw CSV (text columns, the judge column) and the model codes it as in the fit."""
+    from bayesord import OrdinalMixed
+
+    wine = pd.read_csv(datasets_dir / "wine.csv.gz")
+    model = OrdinalMixed.from_formula("rating ~ temp + contact + (1 | judge)", wine, link="logit")
+    model.save(tmp_path / "mixed.npz")
+    new = wine.head(6).assign(judge=[1, 2, 3, 77, 78, 79])  # three known judges, three new ones
+    new.to_csv(tmp_path / "new.csv", index=False)
+    out = tmp_path / "p.csv"
+    assert main(["predict", str(tmp_path / "mixed.npz"), str(tmp_path / "new.csv"), "--target", "rating",
+                 "--uncertainty", "--out", str(out)]) == 0
+    got = pd.read_csv(out)
+    np.testing.assert_allclose(got[[f"P({c})" for c in model.classes_]].to_numpy(), model.predict_proba(new),
+                               atol=1e-12)
+    np.testing.assert_array_equal(got["prediction"], model.predict(new))
+
+
 def test_compile_cache_location():
     home_cache = Path("~/.cache").expanduser() / "bayesord" / "jax"
     assert cache_dir({}) == home_cache

@@ -52,7 +52,7 @@ def wine(datasets_dir):
     return pd.read_csv(datasets_dir / "wine.csv.gz")
 
 
-def test_nominal_effects_match_clm(wine):
+def test_nominal_effects_match_clm(wine, tmp_path):
     model = CumulativeLinkModel.from_formula("rating ~ temp", wine, nominal="~ contact", link="logit")
     np.testing.assert_allclose(model.thresholds_, NOMINAL["thresholds"], atol=1e-6)
     np.testing.assert_allclose(model.nominal_coef_[0], NOMINAL["shifts"], atol=1e-6)
@@ -63,6 +63,11 @@ def test_nominal_effects_match_clm(wine):
     table = model.summary()
     assert list(table.index[-4:]) == [f"threshold {k}|{k + 1}: contact[T.yes]" for k in range(1, 5)]
     assert model.location_ == ["temp[T.warm]"] and model.nominal_ == ["contact[T.yes]"]
+    # Saved with its formulas' coding, the loaded model takes the DataFrame.
+    model.save(tmp_path / "nominal.npz")
+    loaded = load_model(tmp_path / "nominal.npz")
+    np.testing.assert_array_equal(loaded.predict_proba(wine), model.predict_proba(wine))
+    assert loaded.nominal_formula_ == "~ contact" and loaded.summary().equals(table)
 
 
 def test_scale_effects_and_the_lr_tests_match_clm(wine):

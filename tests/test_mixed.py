@@ -124,7 +124,7 @@ def test_thresholds_and_groups_only_match_clmm(datasets_dir):
         model.marginal_effects(_grouped(datasets_dir, "wine"))
 
 
-def test_formula_predictions_for_known_and_new_groups(wine_logit, datasets_dir):
+def test_formula_predictions_for_known_and_new_groups(wine_logit, datasets_dir, tmp_path):
     df = _grouped(datasets_dir, "wine")
     rows = df.iloc[[0, 40]]
     known = wine_logit.predict_proba(rows)
@@ -144,8 +144,15 @@ def test_formula_predictions_for_known_and_new_groups(wine_logit, datasets_dir):
         wine_logit.predict_proba(rows[["temp"]].to_numpy())
     with pytest.raises(ValueError, match="no column 'judge'"):
         wine_logit.predict_proba(rows.drop(columns="judge"))
-    with pytest.raises(ValueError, match="cannot be saved yet"):
-        wine_logit.save("unused.npz")
+    # Saved and loaded, the model codes DataFrames as the fitted one does.
+    path = tmp_path / "wine.npz"
+    wine_logit.save(path)
+    loaded = load_model(path)
+    np.testing.assert_array_equal(loaded.predict_proba(rows), known)
+    np.testing.assert_array_equal(loaded.predict_proba(rows.assign(judge=[100, 101])), new)
+    assert loaded.formula_ == wine_logit.formula_ and loaded.summary().equals(wine_logit.summary())
+    with pytest.raises(ValueError, match="category the model was not fitted with"):
+        loaded.predict_proba(rows.assign(temp="hot"))
 
 
 # ---------------------------------------------------------------- small synthetic problems
@@ -480,7 +487,7 @@ def test_recovers_the_generating_model(link):
 
 
 # ---------------------------------------------------------------- formulas for OrdinalProbit
-def test_probit_from_formula_matches_statsmodels(datasets_dir):
+def test_probit_from_formula_matches_statsmodels(datasets_dir, tmp_path):
     """The fixed-effects model from a formula: statsmodels' OrderedModel.from_formula with the
     same terms (maximum likelihood, logit)."""
     from statsmodels.miscmodels.ordinal_model import OrderedModel
@@ -504,8 +511,11 @@ def test_probit_from_formula_matches_statsmodels(datasets_dir):
         model.predict(wine.iloc[:2].assign(contact="maybe"))
     with pytest.raises(TypeError, match="formula"):
         model.predict(np.ones((2, 2)))
-    with pytest.raises(ValueError, match="cannot be saved yet"):
-        model.save("unused.npz")
+    path = tmp_path / "probit.npz"
+    model.save(path)
+    np.testing.assert_array_equal(load_model(path).predict_proba(wine.iloc[:5]), model.predict_proba(wine.iloc[:5]))
+    with pytest.raises(ValueError, match="stateful transforms"):
+        OrdinalProbit.from_formula("rating ~ temp + center(bottle)", wine).save(path)
     with pytest.raises(ValueError, match="OrdinalMixed"):
         OrdinalProbit.from_formula("rating ~ temp + (1 | judge)", wine)
     # A refit with arrays forgets the formula's coding.

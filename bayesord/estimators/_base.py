@@ -32,7 +32,7 @@ from .._validation import (
     encode_known_labels,
     encode_labels,
 )
-from ._formula import formula_rows
+from ._formula import SavedCoding, coding_state, formula_rows
 
 __all__ = ["BAYES_ONE_CLASS_HINT", "OrdinalEstimator", "SavableMixin", "SnapshotSavableMixin", "binary_columns",
            "class_from_proba", "fresh_fit", "internal_fits", "marginal_effects_table", "posterior_table",
@@ -443,9 +443,15 @@ def warn_if_one_class(est, fit_args) -> None:
 
 class SavableMixin:
     """``save``/``load`` for an estimator that sets ``_format`` (a versioned tag such as
-    ``"bayesord.ISBOR/1"``) and implements ``_saved_state`` and ``_restore``."""
+    ``"bayesord.ISBOR/1"``) and implements ``_saved_state`` and ``_restore``.
+
+    A model fitted from a formula (``_spec``) is saved with its coding
+    (:func:`bayesord.estimators._formula.coding_state`) and the attributes named in
+    ``_formula_attrs``, so the loaded model takes DataFrames as the fitted one does.
+    """
 
     _format = ""
+    _formula_attrs = ("formula_",)
 
     def _saved_state(self):
         """(arrays, meta): the fitted state as named arrays and JSON-ready metadata."""
@@ -464,10 +470,10 @@ class SavableMixin:
         fall back to their defaults on loading, with a warning.
         """
         check_is_fitted(self)
-        if getattr(self, "_spec", None) is not None:
-            raise ValueError("a model fitted from a formula cannot be saved yet (its coding of the "
-                             "columns is not stored); fit it with arrays to save it")
+        formula = _formula_state(self)
         arrays, meta = self._saved_state()
+        if formula is not None:
+            meta = dict(meta, formula=formula)
         _write_model_file(self, path, arrays, meta)
 
     @classmethod
@@ -587,6 +593,24 @@ def _write_model_file(est, path, arrays, meta):
                  **{k: np.asarray(v) for k, v in arrays.items()})
 
 
+def _formula_state(est):
+    """JSON of a formula-fitted model's coding and formula attributes, or None."""
+    spec = getattr(est, "_spec", None)
+    if spec is None:
+        return None
+    specs = spec if isinstance(spec, tuple) else (spec,)
+    return {"codings": [coding_state(s) for s in specs],
+            "several": isinstance(spec, tuple),
+            "attrs": {name: getattr(est, name) for name in est._formula_attrs}}
+
+
+def _restore_formula(model, state):
+    codings = tuple(SavedCoding(s) for s in state["codings"])
+    model._spec = codings if state["several"] else codings[0]
+    for name, value in state["attrs"].items():
+        setattr(model, name, value)
+
+
 def _numpy_to_json(value):
     if isinstance(value, (np.ndarray, np.generic)):
         return value.tolist()
@@ -660,6 +684,8 @@ def _restore_model(cls, arrays, meta, path):
             raise ValueError(f"{names.size} feature names but n_features_in={model.n_features_in_}")
         model.feature_names_in_ = names
     model._restore(arrays, meta)
+    if meta.get("formula") is not None:
+        _restore_formula(model, meta["formula"])
     model._check_restored()
     model._restore_uncertainty(arrays, meta.get("uncertainty", {}))
     if meta.get("input_standardized", False):

@@ -141,6 +141,7 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
     """
 
     _format = "bayesord.CumulativeLinkModel/1"
+    _formula_attrs = ("formula_", "nominal_formula_", "scale_formula_", "_terms")
     _scale_sensitive = False  # the fit standardises the columns itself
     _one_class_hint = BAYES_ONE_CLASS_HINT
     _zero_weight_drops_row = True

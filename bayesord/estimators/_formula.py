@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import warnings
 
-__all__ = ["design_matrix", "formula_rows", "split_formula"]
+__all__ = ["SavedCoding", "coding_state", "design_matrix", "formula_rows", "split_formula"]
 
 # ``(1 | group)``: a random-intercept term of a formula (lme4's notation, as ``clmm`` uses it).
 _GROUP_TERM = re.compile(r"\(\s*([^()|]*?)\s*\|\s*([^()|]*?)\s*\)")
@@ -44,6 +44,67 @@ def split_formula(formula, group_term=True):
     return lhs, fixed, group
 
 
+# A categorical factor a saved coding can rebuild: a column, or ``C(column)``.
+_PLAIN_FACTOR = re.compile(r"(?:C\(\s*(\w+)\s*\)|(\w+))")
+
+
+def coding_state(spec):
+    """What a model file keeps of a formula's coding (JSON): the formula, each text column's
+    levels in their coding order, and the columns it made.
+
+    Raises:
+        ValueError: the coding holds more than that (a stateful transform such as
+            ``center(x)``, or a categorical factor that is an expression rather than a
+            column), which a saved model could not reproduce.
+    """
+    if isinstance(spec, SavedCoding):
+        return {"formula": spec.formula, "levels": spec.levels, "columns": spec.columns}
+    if spec.transform_state:
+        raise ValueError(f"a model whose formula has stateful transforms ({sorted(spec.transform_state)}) "
+                         "cannot be saved: transform the columns in the DataFrame instead")
+    levels = {}
+    for factor, (kind, state) in spec.encoder_state.items():
+        if getattr(kind, "value", kind) != "categorical":
+            continue
+        match = _PLAIN_FACTOR.fullmatch(str(factor))
+        if match is None:
+            raise ValueError(f"a model whose formula codes the expression {factor!r} as categorical cannot be "
+                             "saved: make it a column of the DataFrame")
+        levels[match.group(1) or match.group(2)] = [v.item() if hasattr(v, "item") else v
+                                                    for v in state["categories"]]
+    return {"formula": str(spec.formula), "levels": levels, "columns": list(spec.column_names)}
+
+
+class SavedCoding:
+    """A formula's coding rebuilt from :func:`coding_state`: each text column is read as a
+    categorical with the fitted levels, so the formula codes it as the fit did (the same
+    reference level and columns), and a level the fit has not seen is refused."""
+
+    def __init__(self, state):
+        self.formula = state["formula"]
+        self.levels = state["levels"]
+        self.columns = list(state["columns"])
+
+    def model_matrix(self, data):
+        import pandas as pd
+        from formulaic import model_matrix
+
+        data = data.copy()
+        for name, levels in self.levels.items():
+            if name not in data.columns:
+                raise ValueError(f"the formula names something the data do not have: column {name!r}")
+            unseen = sorted(set(data[name].dropna().tolist()) - set(levels), key=str)
+            if unseen:
+                raise ValueError(f"the data have a category the model was not fitted with (column {name!r}: "
+                                 f"{unseen[:5]}; fitted levels {levels})")
+            data[name] = pd.Categorical(data[name], categories=levels)
+        mm = model_matrix(self.formula, data)
+        if list(mm.columns) != self.columns:
+            raise ValueError(f"the saved formula {self.formula!r} codes these data into columns "
+                             f"{list(mm.columns)}, not the fitted {self.columns}")
+        return mm
+
+
 def design_matrix(spec_or_formula, data):
     """The fixed-effects design matrix (a DataFrame without the intercept) and its spec.
 
@@ -56,7 +117,9 @@ def design_matrix(spec_or_formula, data):
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("error", message=".*categories outside of the nominated levels.*")
-            if isinstance(spec_or_formula, ModelSpec):
+            if isinstance(spec_or_formula, SavedCoding):
+                mm = spec_or_formula.model_matrix(data)
+            elif isinstance(spec_or_formula, ModelSpec):
                 mm = spec_or_formula.get_model_matrix(data)
             else:
                 mm = model_matrix(spec_or_formula, data)
@@ -68,7 +131,7 @@ def design_matrix(spec_or_formula, data):
         raise ValueError("keep the intercept in an ordinal formula (no '- 1' or '+ 0'): the "
                          "thresholds take its place, and without it a categorical term is coded "
                          "with one column too many")
-    spec = mm.model_spec
+    spec = spec_or_formula if isinstance(spec_or_formula, SavedCoding) else mm.model_spec
     return mm.drop(columns="Intercept"), spec
 
 

@@ -115,6 +115,7 @@ class OrdinalMixed(SavableMixin, OrdinalEstimator):
     """
 
     _format = "bayesord.OrdinalMixed/1"
+    _formula_attrs = ("formula_", "group_name_")
     _scale_sensitive = False  # the fit standardises the columns itself
     _one_class_hint = BAYES_ONE_CLASS_HINT
     _zero_weight_drops_row = True
