@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import sys
 import tempfile
 import time
@@ -206,8 +207,13 @@ def _make_model(args):
     from . import estimators
 
     cls = getattr(estimators, COMMANDS[args.model].name)
+    return cls(**_model_params(args, cls))
+
+
+def _model_params(args, cls):
+    """The constructor parameters of ``cls`` that the options and ``--param`` values give."""
     known = cls().get_params()
-    flag = f"--model {args.model}"
+    flag = f"--model {args.model}" if cls.__name__ == COMMANDS[args.model].name else f"--formula ({cls.__name__})"
     params = {}
     for dest, name in _OPTIONS.items():
         value = getattr(args, dest)
@@ -234,7 +240,7 @@ def _make_model(args):
         params.setdefault("random_state", 0)  # the command is reproducible by default
     if "verbose" in known:
         params.setdefault("verbose", int(args.progress))
-    return cls(**params)
+    return params
 
 
 def _feature_frame(path, target, names, argument):
@@ -324,11 +330,71 @@ def _standardization(X):
     return mean, np.where(constant, 1.0, sd), np.flatnonzero(constant)
 
 
+def _formula_class(args):
+    """The estimator a ``--formula`` fit makes: OrdinalMixed for a group term, the cumulative
+    link model with ``--nominal``/``--scale``, else OrdinalProbit (``--model probit``)."""
+    from . import estimators
+
+    grouped = bool(re.search(r"\(\s*[^()|]*\|", args.formula))
+    if args.model != "probit":
+        raise ValueError(f"--formula fits the probit family (OrdinalProbit, the mixed model with a group "
+                         f"term, the cumulative link model with --nominal/--scale), not --model {args.model}")
+    if grouped and (args.nominal or args.scale):
+        raise ValueError("--nominal and --scale do not combine with a group term (the mixed model has "
+                         "neither)")
+    if grouped:
+        return estimators.OrdinalMixed
+    return estimators.CumulativeLinkModel if (args.nominal or args.scale) else estimators.OrdinalProbit
+
+
+def _fit_formula(args) -> int:
+    """``fit --formula``: the raw CSV through the formula (text columns coded by it)."""
+    from . import _progress
+
+    if args.unlabeled is not None or args.calibrate_on is not None:
+        raise ValueError("--formula takes neither --unlabeled nor --calibrate-on")
+    cls = _formula_class(args)
+    frame = _feature_frame(args.data, None, None, "DATA")
+    out = _output_path(args.out, "--out", {"DATA": args.data}, args.force)
+    params = _model_params(args, cls)
+    extra = {name: getattr(args, name) for name in ("nominal", "scale") if getattr(args, name)}
+    response = args.formula.split("~")[0].strip()
+    if args.classes is not None and response in frame.columns:
+        params["classes"] = _parse_classes(args.classes, frame[response], response)
+    name = cls.__name__
+    if args.progress:
+        _progress.show(f"fit: {name} from {args.formula!r} on {frame.shape[0]} rows ...")
+    t0 = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = cls.from_formula(args.formula, frame, **extra, **params)
+    if args.progress:
+        _progress.show(f"fit: {name} fitted in {time.perf_counter() - t0:.1f} s", final=True)
+    for w in dict.fromkeys(str(w.message) for w in caught):
+        _warning_line("fit", w)
+    if args.calibrate is not None:
+        if not hasattr(model, "calibrate"):
+            raise ValueError(f"--calibrate: {name} has no conformal calibration yet")
+        model.calibrate(frame, frame[response], cv=args.calibrate, random_state=args.seed)
+        print(f"calibrated prediction sets by {args.calibrate}-fold cross-fitting (predict --set ALPHA)")
+    with _replacing(out) as tmp:
+        model.save(tmp)
+    print(model.summary().to_string(float_format=lambda v: f"{v:.4f}"))
+    print(f"\n{name} from {args.formula!r}"
+          + "".join(f", {k} {v!r}" for k, v in extra.items())
+          + f"; converged {model.converged_}; saved to {args.out} (predict reads raw rows of the same columns)")
+    return 0
+
+
 def _fit(args) -> int:
     import pandas as pd
 
     from .estimators._base import set_input_transform
 
+    if args.formula is not None:
+        return _fit_formula(args)
+    if args.nominal or args.scale:
+        raise ValueError("--nominal and --scale go with --formula")
     X, y, names = _read_table(args.data, args.target)
     classes = _parse_classes(args.classes, y, args.target)
     if args.unlabeled is not None and args.model != "tor":
@@ -652,6 +718,18 @@ def _parser():
     f.add_argument("--calibrate-on", metavar="CSV",
                    help="calibrate them on held-out labelled rows instead (split conformal: "
                         "coverage guaranteed on exchangeable rows)")
+    f.add_argument("--formula", metavar="FORMULA",
+                   help="fit from a formula on the CSV's columns as they are, e.g. "
+                        "'rating ~ temp + contact' (text columns coded as treatment contrasts; the "
+                        "response is the left side, --target is not used); a group term "
+                        "'(1 | judge)' fits the ordinal mixed model; no standardising is needed "
+                        "(the models standardise inside the fit)")
+    f.add_argument("--nominal", metavar="FORMULA",
+                   help="with --formula: terms that shift each threshold separately, e.g. "
+                        "'~ contact' (the cumulative link model, as R's clm(nominal =))")
+    f.add_argument("--scale", metavar="FORMULA",
+                   help="with --formula: terms of the latent scale, e.g. '~ temp' (as R's "
+                        "clm(scale =))")
     f.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="any other constructor parameter of the model, repeatable; VALUE is read "
                         "as a Python literal (10, 1e-3, (0.1, 1), None) or else as text, e.g. "

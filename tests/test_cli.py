@@ -152,6 +152,33 @@ def test_predict_takes_raw_text_columns_for_a_formula_model(tmp_path, datasets_d
     np.testing.assert_array_equal(got["prediction"], model.predict(new))
 
 
+def test_fit_from_a_formula_on_raw_text_columns(tmp_path, datasets_dir, capsys):
+    """``fit --formula`` reads text columns as they are: nominal effects through the cumulative
+    link model (clm's estimates), calibration by cross-fitting on the coded columns, and
+    ``predict`` on the raw rows."""
+    from bayesord import CumulativeLinkModel
+
+    wine = pd.read_csv(datasets_dir / "wine.csv.gz")
+    data = tmp_path / "wine.csv"
+    wine.to_csv(data, index=False)
+    model_path = tmp_path / "clm.npz"
+    assert main(["fit", str(data), "--formula", "rating ~ temp", "--nominal", "~ contact", "--link", "logit",
+                 "--calibrate", "3", "--out", str(model_path), "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "threshold 2|3: contact[T.yes]" in printed and "CumulativeLinkModel from 'rating ~ temp'" in printed
+    ref = CumulativeLinkModel.from_formula("rating ~ temp", wine, nominal="~ contact", link="logit")
+    out = tmp_path / "p.csv"
+    assert main(["predict", str(model_path), str(data), "--set", "0.1", "--out", str(out)]) == 0
+    got = pd.read_csv(out)
+    np.testing.assert_array_equal(got["prediction"], ref.predict(wine))
+    assert np.all(got["set lower (alpha=0.1)"] <= got["set upper (alpha=0.1)"])
+    assert main(["fit", str(data), "--nominal", "~ contact", "--out", str(tmp_path / "x.npz")]) == 2
+    assert "go with --formula" in capsys.readouterr().err
+    assert main(["fit", str(data), "--formula", "rating ~ temp", "--model", "npsvor",
+                 "--out", str(tmp_path / "x.npz")]) == 2
+    assert "not --model npsvor" in capsys.readouterr().err
+
+
 def test_compile_cache_location():
     home_cache = Path("~/.cache").expanduser() / "bayesord" / "jax"
     assert cache_dir({}) == home_cache

@@ -25,6 +25,7 @@ from ..uncertainty import (
 )
 from .._splits import kfold_indices
 from ._base import internal_fits
+from ._formula import formula_rows
 
 __all__ = ["ConformalCalibration", "UncertaintyMixin", "check_cv", "fold_indices", "never_held_out"]
 
@@ -131,6 +132,9 @@ class UncertaintyMixin:
         kept = never_held_out(folds, n)
         parts = [(kept, self._calibration_values(_rows(X, kept)), self._predicted_codes(_rows(X, kept)))
                  ] if kept.size else []
+        if getattr(self, "_spec", None) is not None:
+            # The copies fit the columns a formula-fitted model was fitted on: the coded ones.
+            X = formula_rows(self._spec, X)
         if getattr(self, "input_center_", None) is not None:
             # The copies fit what this model was fitted on: the standardised columns.
             X = (np.asarray(X, dtype=np.float64) - self.input_center_) / self.input_scale_
