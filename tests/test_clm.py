@@ -192,6 +192,7 @@ def test_shifted_and_rescaled_columns_change_nothing(simulated):
     assert moved.loglik_ == pytest.approx(model.loglik_, rel=1e-10)
 
 
+@pytest.mark.slow  # a compilation of several seconds
 def test_marginal_effects_are_finite_differences_of_the_probabilities(simulated):
     A, y, model = simulated
     table = model.marginal_effects(A[:200])
@@ -221,6 +222,7 @@ def test_marginal_effects_are_finite_differences_of_the_probabilities(simulated)
     assert list(table.loc["x1"]["kind"])[0] == "change 0->1"
 
 
+@pytest.mark.slow  # a compilation of several seconds
 def test_without_nominal_and_scale_it_is_the_ordinary_model(simulated):
     """statsmodels' OrderedModel (maximum likelihood, probit) on the same raw columns."""
     from statsmodels.miscmodels.ordinal_model import OrderedModel

@@ -192,11 +192,11 @@ def test_the_default_kernel_width_follows_the_units_of_the_columns(make):
     np.testing.assert_allclose(a.decision_function(X0), b.decision_function(X0 * 1000), rtol=1e-6, atol=1e-8)
 
 
-# The nine estimators, the Bayesian three (10-50 s of fits and compilation each in the tests
-# below) marked to run with the slow suite.
+# Every estimator, the Bayesian ones (several seconds to 50 s of fits and compilation each in
+# the tests below) marked to run with the slow suite.
 SLOW_BAYES_CASES = [
     pytest.param(clone(e), id=type(e).__name__,
-                 marks=[pytest.mark.slow] if isinstance(e, (OrdinalProbit, ISBOR, SBOR)) else [])
+                 marks=[pytest.mark.slow] if isinstance(e, (OrdinalProbit, CumulativeLinkModel, ISBOR, SBOR)) else [])
     for e, _ in CASES
 ]
 
