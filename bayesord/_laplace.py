@@ -414,9 +414,9 @@ def joint_posterior(Phi, y, weights, w, b, sigma, alpha, chol, link="probit") ->
 def saddle_free_precision(hessian):
     """Minus the Hessian with its eigenvalues replaced by their absolute values (floored).
 
-    Newton's direction with this matrix ascends even where (1) is not concave (far from the
-    optimum, or near ``tau = 0`` where ``tau`` can be a saddle), and equals the plain Newton
-    direction where it is.
+    Newton's direction with this matrix ascends even where the objective is not concave (far
+    from the optimum, or at a saddle such as the mixed model's group sd near 0), and equals the
+    plain Newton direction where it is.
     """
     lam, V = jnp.linalg.eigh(-0.5 * (hessian + hessian.T))
     floor = jnp.finfo(lam.dtype).eps ** 0.5 * jnp.maximum(jnp.max(jnp.abs(lam)), 1.0)
@@ -425,9 +425,9 @@ def saddle_free_precision(hessian):
 
 class _ExactState(NamedTuple):
     eta: jax.Array  # last accepted point
-    value: jax.Array  # (1) there
+    value: jax.Array  # the objective there
     hess: jax.Array  # its Hessian there
-    v: jax.Array  # the conditional modes there (the next inner solve starts from them)
+    v: jax.Array  # the inner solve's result there (the next inner solve starts from it)
     step: jax.Array  # Newton step from eta (saddle-free)
     slope: jax.Array  # grad @ step
     t: jax.Array  # length of the next trial step

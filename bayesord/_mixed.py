@@ -57,8 +57,8 @@ import numpy as np
 from ._columns import center_and_scale
 from ._effects import average_marginal_effects
 from ._likelihood import log_class_probs, log_predictive_probs, ordinal_ratios, terms_from_ratios
-from ._linalg import safe_cholesky
 from ._laplace import maximise_exact
+from ._linalg import safe_cholesky
 from ._links import check_link
 from ._results import result_type
 from ._status import Status
