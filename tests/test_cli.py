@@ -133,6 +133,7 @@ def test_predict_reads_a_model_saved_in_python(tmp_path, capsys):
     assert "CuSumRank that was fitted without calibration, so it gives labels and scores only" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # the mixed model's compilation; the formula path itself is in the next test
 def test_predict_takes_raw_text_columns_for_a_formula_model(tmp_path, datasets_dir):
     """A grouped model fitted from a formula in Python and saved: ``bayesord predict`` reads
     the raw CSV (text columns, the judge column) and the model codes it as in the fit."""
