@@ -266,7 +266,8 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
 
         Args:
             X: (n, D) columns (numbers; code text columns first, or use :meth:`from_formula`).
-                No intercept column: the thresholds hold it.
+                No intercept column: the thresholds hold it.  D may be 0: the thresholds-only
+                null model (``clm(y ~ 1)``).
             y: (n,) ordered labels.
             sample_weight: optional (n,) non-negative weights.
             classes: the labels in increasing order (see the constructor).
