@@ -268,7 +268,7 @@ class _ProxState(NamedTuple):
     eta: jax.Array
     value: jax.Array  # F(eta), the penalised objective being minimised
     grad: jax.Array  # gradient of its smooth part
-    prec: jax.Array  # saddle-free precision of its smooth part
+    hess: jax.Array  # Hessian of its smooth part
     n_iter: jax.Array
     done: jax.Array
     status: jax.Array
@@ -286,7 +286,7 @@ def _prox_newton(smooth, eta0, lam, rtol, max_iter, max_sweeps=200):
     Optim. 24, 2014, Algorithm 1).
 
     Returns:
-        (eta, n_iter, converged, status).
+        (eta, hessian of ``smooth`` at eta, n_iter, converged, status).
     """
     dtype = eta0.dtype
     m = eta0.shape[0]
@@ -297,7 +297,7 @@ def _prox_newton(smooth, eta0, lam, rtol, max_iter, max_sweeps=200):
     def derivatives(eta):
         grad, hvp = jax.linearize(jax.grad(smooth), eta)
         hess = jax.vmap(hvp)(jnp.eye(m, dtype=dtype))
-        return grad, saddle_free_precision(-0.5 * (hess + hess.T))
+        return grad, 0.5 * (hess + hess.T)
 
     def direction(eta, g, H):
         diag = jnp.diag(H)
@@ -321,7 +321,7 @@ def _prox_newton(smooth, eta0, lam, rtol, max_iter, max_sweeps=200):
         return d
 
     def body(c):
-        d = direction(c.eta, c.grad, c.prec)
+        d = direction(c.eta, c.grad, saddle_free_precision(-c.hess))
         decrease = c.grad @ d + jnp.sum(lam * (jnp.abs(c.eta + d) - jnp.abs(c.eta)))
         finished = -decrease <= rtol * (1.0 + jnp.abs(c.value))
 
@@ -331,25 +331,24 @@ def _prox_newton(smooth, eta0, lam, rtol, max_iter, max_sweeps=200):
 
         def too_high(s):
             t, v, k = s
-            return (k < 40) & ~(jnp.isfinite(v) & (v <= c.value + 1e-4 * t * decrease))
+            return ~finished & (k < 40) & ~(jnp.isfinite(v) & (v <= c.value + 1e-4 * t * decrease))
 
         t, value, halvings = jax.lax.while_loop(too_high, shorter, (jnp.ones((), dtype), total(c.eta + d), 0))
-        ok = jnp.isfinite(value) & (halvings < 40)
-        eta = jnp.where(ok & ~finished, c.eta + t * d, c.eta)
-        grad, prec = derivatives(eta)
+        moved = ~finished & jnp.isfinite(value) & (halvings < 40)
+        eta = jnp.where(moved, c.eta + t * d, c.eta)
+        grad, hess = jax.lax.cond(moved, derivatives, lambda e: (c.grad, c.hess), eta)
         n_iter = c.n_iter + 1
         status = jnp.where(finished, Status.SUCCESS,
-                           jnp.where(~ok, Status.LINESEARCH_FAILED,
+                           jnp.where(~moved, Status.LINESEARCH_FAILED,
                                      jnp.where(n_iter >= max_iter, Status.MAX_ITER, Status.SUCCESS)))
-        done = finished | ~ok | (n_iter >= max_iter)
-        return _ProxState(eta=eta, value=jnp.where(ok & ~finished, value, c.value), grad=grad, prec=prec,
-                          n_iter=n_iter, done=done, status=status.astype(jnp.int32))
+        return _ProxState(eta=eta, value=jnp.where(moved, value, c.value), grad=grad, hess=hess, n_iter=n_iter,
+                          done=~moved | (n_iter >= max_iter), status=status.astype(jnp.int32))
 
-    grad, prec = derivatives(eta0)
-    init = _ProxState(eta=eta0, value=total(eta0), grad=grad, prec=prec, n_iter=jnp.zeros((), jnp.int32),
+    grad, hess = derivatives(eta0)
+    init = _ProxState(eta=eta0, value=total(eta0), grad=grad, hess=hess, n_iter=jnp.zeros((), jnp.int32),
                       done=jnp.zeros((), bool), status=jnp.asarray(Status.SUCCESS, jnp.int32))
     c = jax.lax.while_loop(lambda c: ~c.done, body, init)
-    return c.eta, c.n_iter, c.status == Status.SUCCESS, c.status
+    return c.eta, c.hess, c.n_iter, c.status == Status.SUCCESS, c.status
 
 
 @partial(jax.jit, static_argnames=("config",))
@@ -409,8 +408,9 @@ def fit_clm(A, y, weights, rtol, columns: CLMColumns, *, config: CLMConfig) -> C
         return _loglik(eta, Az, y, weights, cols, link, k1) - 0.5 * jnp.sum(lam2 * eta * eta)
 
     if config.l1:
-        eta, n_iter, converged, status = _prox_newton(lambda e: -penalised(e), eta0, lam1, rtol, config.max_newton)
-        hess = jax.hessian(penalised)(eta)
+        eta, smooth_hess, n_iter, converged, status = _prox_newton(lambda e: -penalised(e), eta0, lam1, rtol,
+                                                                    config.max_newton)
+        hess = -smooth_hess
     else:
         eta, _, hess, _, n_iter, converged, status = maximise_exact(
             lambda e, v: (penalised(e), (v, jnp.ones((), bool))), eta0, jnp.zeros((0,), dtype), rtol,

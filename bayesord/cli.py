@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import re
 import sys
 import tempfile
 import time
@@ -334,8 +333,9 @@ def _formula_class(args):
     """The estimator a ``--formula`` fit makes: OrdinalMixed for a group term, the cumulative
     link model with ``--nominal``/``--scale``, else OrdinalProbit (``--model probit``)."""
     from . import estimators
+    from .estimators._formula import has_group_term
 
-    grouped = bool(re.search(r"\(\s*[^()|]*\|", args.formula))
+    grouped = has_group_term(args.formula)
     if args.model != "probit":
         raise ValueError(f"--formula fits the probit family (OrdinalProbit, the mixed model with a group "
                          f"term, the cumulative link model with --nominal/--scale), not --model {args.model}")
@@ -354,6 +354,8 @@ def _fit_formula(args) -> int:
     if args.unlabeled is not None or args.calibrate_on is not None:
         raise ValueError("--formula takes neither --unlabeled nor --calibrate-on")
     cls = _formula_class(args)
+    if args.calibrate is not None and not hasattr(cls, "calibrate"):
+        raise ValueError(f"--calibrate: {cls.__name__} has no conformal calibration yet")
     frame = _feature_frame(args.data, None, None, "DATA")
     out = _output_path(args.out, "--out", {"DATA": args.data}, args.force)
     params = _model_params(args, cls)
@@ -373,10 +375,7 @@ def _fit_formula(args) -> int:
     for w in dict.fromkeys(str(w.message) for w in caught):
         _warning_line("fit", w)
     if args.calibrate is not None:
-        if not hasattr(model, "calibrate"):
-            raise ValueError(f"--calibrate: {name} has no conformal calibration yet")
-        model.calibrate(frame, frame[response], cv=args.calibrate, random_state=args.seed)
-        print(f"calibrated prediction sets by {args.calibrate}-fold cross-fitting (predict --set ALPHA)")
+        _calibrate(model, frame, frame[response], None, args)
     with _replacing(out) as tmp:
         model.save(tmp)
     print(model.summary().to_string(float_format=lambda v: f"{v:.4f}"))

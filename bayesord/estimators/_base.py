@@ -12,6 +12,7 @@ import contextvars
 import functools
 import inspect
 import json
+import numbers
 import os
 import zipfile
 import zlib
@@ -272,6 +273,14 @@ def class_from_proba(proba, rule):
     if rule == "median":
         return np.argmax(np.cumsum(proba, axis=1) >= 0.5, axis=1)
     raise ValueError(f"rule must be 'mode' or 'median', got {rule!r}")
+
+
+def check_positive_ints(est, *names):
+    """Each named parameter of ``est`` is a positive integer (not a bool), else ValueError."""
+    for name in names:
+        val = getattr(est, name)
+        if isinstance(val, bool) or not isinstance(val, numbers.Integral) or val < 1:
+            raise ValueError(f"{name} must be a positive integer, got {val!r}")
 
 
 def draws_key(random_state):

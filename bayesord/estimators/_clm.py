@@ -26,6 +26,7 @@ from ._base import (
     SavableMixin,
     bands_from_draws,
     binary_columns,
+    check_positive_ints,
     check_level,
     class_from_proba,
     draws_key,
@@ -33,8 +34,9 @@ from ._base import (
     marginal_effects_table,
     posterior_table,
     solver_tol,
+    threshold_names,
 )
-from ._formula import design_matrix, formula_rows, split_formula
+from ._formula import check_formula_data, design_matrix, formula_rows, split_formula
 from ._uncertainty import UncertaintyMixin
 
 __all__ = ["CumulativeLinkModel"]
@@ -177,17 +179,11 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
             ValueError: a malformed formula, a column the data lack, a term in both the
                 location and the nominal part, or bad data.
         """
-        import pandas as pd
-
-        if not isinstance(data, pd.DataFrame):
-            raise TypeError(f"data must be a pandas DataFrame, got {type(data).__name__}")
         for name in ("location", "nominal", "scale"):
             if name in params:
                 raise TypeError(f"from_formula takes the columns from its formulas; do not pass {name}=")
         response, fixed, _ = split_formula(formula, group_term=False)
-        if response not in data.columns:
-            raise ValueError(f"formula {formula!r} names column {response!r}, which the data do not have "
-                             f"(columns: {list(data.columns)})")
+        check_formula_data(formula, data, response)
         parts = {"location": design_matrix(fixed, data)}
         for name, extra in (("nominal", nominal), ("scale", scale)):
             if extra is not None:
@@ -232,8 +228,6 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
                     out.append(index[c])
                 else:
                     raise TypeError(f"{what} takes column names or positions, got {c!r}")
-            if len(set(out)) != len(out):
-                raise ValueError(f"{what} lists a column twice: {list(chosen)}")
             return tuple(out)
 
         nominal, scale = pick("nominal", self.nominal), pick("scale", self.scale)
@@ -249,10 +243,7 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         return location, nominal, scale
 
     def _config(self, n_classes):
-        for name in ("max_iter", "n_draws"):
-            val = getattr(self, name)
-            if not isinstance(val, (int, np.integer)) or isinstance(val, bool) or val < 1:
-                raise ValueError(f"{name} must be a positive integer, got {val!r}")
+        check_positive_ints(self, "max_iter", "n_draws")
         for name in ("alpha", "l1_ratio"):
             val = getattr(self, name)
             if isinstance(val, bool) or not isinstance(val, (int, float, np.integer, np.floating)):
@@ -288,10 +279,10 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         columns = clm_columns(*self._resolve(names, X.shape[1]))
         self._train = (X, codes, sw)  # for nominal_test and scale_test (not saved)
         res = self._fit_columns(columns, config)
-        sd = np.sqrt(np.abs(np.diag(res.cov)))
-        drift = np.flatnonzero(sd > 10 * np.maximum(1.0, np.abs(_natural_vector(res))))
-        if int(res.status) == Status.MAX_ITER and drift.size:
-            warn_user(f"{type(self).__name__}.fit: stopped at the iteration cap with {drift.size} estimates "
+        capped = int(res.status) == Status.MAX_ITER
+        drift = capped and np.sum(np.sqrt(np.abs(np.diag(res.cov))) > 10 * np.maximum(1.0, np.abs(_natural_vector(res))))
+        if drift:
+            warn_user(f"{type(self).__name__}.fit: stopped at the iteration cap with {drift} estimates "
                       "drifting off (sds over 10 times their size): the maximum-likelihood estimate does not "
                       "exist, typically because a class never occurs at a level of a nominal or scale column. "
                       "Merge sparse classes or levels, or take the column out of nominal/scale",
@@ -304,7 +295,7 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
                       "get probability 0 there. Consider fewer nominal columns or a scale effect instead",
                       ThresholdCrossingWarning)
         self.binary_columns_ = binary_columns(X)
-        self._set_result(res, names)
+        self._set_result(res)
         self.formula_ = self.nominal_formula_ = self.scale_formula_ = None
         self._spec = None
         self._terms = None
@@ -319,9 +310,9 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         res = _fit_program(A.shape[0])(A, c, w, solver_tol(self.tol, dtype), columns, config=config)
         return jax.tree_util.tree_map(np.asarray, res)
 
-    def _set_result(self, res, names):
+    def _set_result(self, res):
         self.result_ = res
-        label = [str(n) for n in names] if names is not None else [f"x{j}" for j in range(len(res.center))]
+        label = self._column_names()
         self.location_, self.nominal_, self.scale_ = ([label[j] for j in np.asarray(idx).tolist()] for idx in
                                                       (res.location, res.nominal, res.scale_columns))
         self.coef_ = res.coef
@@ -393,10 +384,8 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         from sklearn.utils.validation import check_is_fitted
 
         check_is_fitted(self, "coef_")
-        cls = [str(c) for c in self.classes_]
-        thr = [f"{cls[k]}|{cls[k + 1]}" for k in range(len(cls) - 1)]
-        names = (list(self.location_) + [f"threshold {t}" for t in thr]
-                 + [f"threshold {t}: {c}" for c in self.nominal_ for t in thr]
+        thresholds = threshold_names(self.classes_)
+        names = (list(self.location_) + thresholds + [f"{t}: {c}" for c in self.nominal_ for t in thresholds]
                  + [f"log-scale: {c}" for c in self.scale_])
         mean = _natural_vector(self.result_)
         sd = np.sqrt(np.diag(self.cov_))
@@ -407,7 +396,8 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         """Average marginal effects of each column on every class probability and on the
         expected class, with delta-method sds and central intervals.
 
-        A column's effect goes through every part it is in (location, thresholds, scale).  A
+        One row block per column of the design, in its order; a column's effect goes through
+        every part it is in (location, thresholds, scale).  A
         column that was 0/1 in the training data gets the average change from 0 to 1, any
         other the average derivative; pass the data to average over them, or one row for the
         effects at those values.  See :func:`bayesord._clm.marginal_effects_clm`.
@@ -419,16 +409,11 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         if A.shape[1] == 0:
             raise ValueError("the model has no columns, so no marginal effects")
         effect, sd = program_for_rows(marginal_effects_clm, A.shape[0])(self._result(), A, self.binary_columns_)
-        names = self.location_ + [c for c in self.nominal_ + self.scale_ if c not in self.location_]
-        order = {c: j for j, c in enumerate(self._column_names())}
-        idx = [order[c] for c in names]
-        return marginal_effects_table(np.asarray(effect)[idx], np.asarray(sd)[idx], names, self.classes_,
-                                      self.binary_columns_[idx], level)
+        return marginal_effects_table(effect, sd, self._column_names(), self.classes_, self.binary_columns_, level)
 
     def _column_names(self):
         names = getattr(self, "feature_names_in_", None)
-        d = len(self.result_.center)
-        return [str(n) for n in names] if names is not None else [f"x{j}" for j in range(d)]
+        return [str(n) for n in names] if names is not None else [f"x{j}" for j in range(self.n_features_in_)]
 
     # ------------------------------------------------------- likelihood-ratio tests
     def _terms_of_location(self):
@@ -537,7 +522,7 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
                            ("result.eta_cov", res.eta_cov, (m, m)))
         self.binary_columns_ = np.asarray(arrays["binary_columns_"], bool)
         self._check_shapes(("binary_columns_", self.binary_columns_, (d,)))
-        self._set_result(res, getattr(self, "feature_names_in_", None))
+        self._set_result(res)
         self.formula_ = self.nominal_formula_ = self.scale_formula_ = None
         self._spec = None
         self._terms = None

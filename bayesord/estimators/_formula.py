@@ -5,10 +5,29 @@ from __future__ import annotations
 import re
 import warnings
 
-__all__ = ["SavedCoding", "coding_state", "design_matrix", "formula_rows", "split_formula"]
+__all__ = ["SavedCoding", "check_formula_data", "coding_state", "design_matrix", "formula_rows",
+           "has_group_term", "split_formula"]
 
 # ``(1 | group)``: a random-intercept term of a formula (lme4's notation, as ``clmm`` uses it).
 _GROUP_TERM = re.compile(r"\(\s*([^()|]*?)\s*\|\s*([^()|]*?)\s*\)")
+
+
+def has_group_term(formula):
+    """Whether ``formula`` has a ``(... | group)`` term."""
+    return bool(_GROUP_TERM.search(formula))
+
+
+def check_formula_data(formula, data, *columns):
+    """``data`` must be a DataFrame holding ``columns``, the ones ``formula`` names outside
+    its terms (its response, its group)."""
+    import pandas as pd
+
+    if not isinstance(data, pd.DataFrame):
+        raise TypeError(f"data must be a pandas DataFrame, got {type(data).__name__}")
+    for name in columns:
+        if name not in data.columns:
+            raise ValueError(f"formula {formula!r} names column {name!r}, which the data do not have "
+                             f"(columns: {list(data.columns)})")
 
 
 def split_formula(formula, group_term=True):

@@ -25,6 +25,7 @@ from ._base import (
     SavableMixin,
     bands_from_draws,
     binary_columns,
+    check_positive_ints,
     check_level,
     class_from_proba,
     draws_key,
@@ -34,7 +35,7 @@ from ._base import (
     solver_tol,
     threshold_names,
 )
-from ._formula import design_matrix, split_formula
+from ._formula import check_formula_data, design_matrix, split_formula
 
 __all__ = ["OrdinalMixed"]
 
@@ -146,15 +147,8 @@ class OrdinalMixed(SavableMixin, OrdinalEstimator):
         Raises:
             ValueError: a malformed formula, a column the data lack, or bad data.
         """
-        import pandas as pd
-
-        if not isinstance(data, pd.DataFrame):
-            raise TypeError(f"data must be a pandas DataFrame, got {type(data).__name__}")
         response, fixed, group = split_formula(formula)
-        for name in (response, group):
-            if name not in data.columns:
-                raise ValueError(f"formula {formula!r} names column {name!r}, which the data do not have "
-                                 f"(columns: {list(data.columns)})")
+        check_formula_data(formula, data, response, group)
         X, spec = design_matrix(fixed, data)
         model = cls(**params)
         model.fit(X, data[response], data[group], sample_weight=sample_weight)
@@ -164,10 +158,7 @@ class OrdinalMixed(SavableMixin, OrdinalEstimator):
         return model
 
     def _config(self, n_classes, n_groups):
-        for name in ("max_iter", "max_inner", "n_draws"):
-            val = getattr(self, name)
-            if not isinstance(val, (int, np.integer)) or isinstance(val, bool) or val < 1:
-                raise ValueError(f"{name} must be a positive integer, got {val!r}")
+        check_positive_ints(self, "max_iter", "max_inner", "n_draws")
         return MixedConfig(n_classes=n_classes, n_groups=n_groups, link=self.link,
                            max_newton=int(self.max_iter), max_inner=int(self.max_inner))
 

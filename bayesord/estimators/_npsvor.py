@@ -22,7 +22,7 @@ from .._progress import check_verbose, prefix
 from .._sparse import to_padded_rows
 from .._status import check_status
 from .._validation import float_dtype
-from ._base import OrdinalEstimator, SnapshotSavableMixin, fresh_fit
+from ._base import OrdinalEstimator, SnapshotSavableMixin, check_positive_ints, fresh_fit
 from ._proba_layer import ProbaLayerMixin
 
 __all__ = ["NPSVOR"]
@@ -134,10 +134,7 @@ class NPSVOR(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
             raise ValueError(f"predictor must be 'new' or 'old', got {self.predictor!r}")
         if self.fit_intercept:
             _positive("intercept_scaling", self.intercept_scaling)
-        for name in ("max_iter", "block_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        check_positive_ints(self, "max_iter", "block_size")
         Cs = None
         if self.Cs is not None:
             if self.C1 is not None or self.C2 is not None:

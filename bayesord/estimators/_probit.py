@@ -25,6 +25,7 @@ from ._base import (
     OrdinalEstimator,
     SavableMixin,
     binary_columns,
+    check_positive_ints,
     class_from_proba,
     draws_key,
     fresh_fit,
@@ -33,7 +34,7 @@ from ._base import (
     solver_tol,
     threshold_names,
 )
-from ._formula import design_matrix, split_formula
+from ._formula import check_formula_data, design_matrix, split_formula
 from ._uncertainty import UncertaintyMixin
 
 __all__ = ["OrdinalProbit"]
@@ -140,14 +141,8 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         Returns:
             The fitted estimator.
         """
-        import pandas as pd
-
-        if not isinstance(data, pd.DataFrame):
-            raise TypeError(f"data must be a pandas DataFrame, got {type(data).__name__}")
         response, terms, _ = split_formula(formula, group_term=False)
-        if response not in data.columns:
-            raise ValueError(f"formula {formula!r} names column {response!r}, which the data do not "
-                             f"have (columns: {list(data.columns)})")
+        check_formula_data(formula, data, response)
         X, spec = design_matrix(terms, data)
         model = cls(**params).fit(X, data[response], sample_weight=sample_weight)
         model.formula_ = formula
@@ -155,10 +150,7 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         return model
 
     def _config(self):
-        for name in ("max_iter", "max_newton", "n_draws"):
-            val = getattr(self, name)
-            if not isinstance(val, (int, np.integer)) or isinstance(val, bool) or val < 1:
-                raise ValueError(f"{name} must be a positive integer, got {val!r}")
+        check_positive_ints(self, "max_iter", "max_newton", "n_draws")
         return ProbitConfig(link=self.link, thresholds=self.thresholds, prior=self.prior,
                             max_newton=int(self.max_newton), max_outer=int(self.max_iter))
 
