@@ -286,6 +286,7 @@ def test_the_elastic_net_fit_is_the_penalised_optimum_scipy_finds():
         CumulativeLinkModel(alpha=-1.0).fit(A, y)
 
 
+@pytest.mark.slow  # its own compilation; the default run is at its 5-minute budget
 def test_crossing_thresholds_warn_and_keep_probabilities_valid():
     """The middle class is impossible for w > 0.55 in the simulated data; the fitted linear
     shifts then cross there, and those rows get probability 0 for it (never below)."""
