@@ -38,7 +38,8 @@ _SUBMODULES = ("calibration", "datasets", "diagnostics", "distributed", "metrics
 _EXPORTS = {
     "._clm": ("CLMColumns", "CLMConfig", "CLMPrediction", "CLMResult", "ThresholdCrossingWarning", "clm_columns",
               "fit_clm", "predict_clm", "sample_class_probs_clm"),
-    "._isbor": ("ISBORConfig", "ISBORPrediction", "ISBORResult", "fit_isbor", "fit_sbor", "predict_isbor"),
+    "._isbor": ("ISBORConfig", "ISBORPrediction", "ISBORResult", "fit_isbor", "fit_sbor", "predict_isbor",
+                "sample_class_probs_isbor"),
     "._mixed": ("MixedConfig", "MixedPrediction", "MixedResult", "fit_mixed", "predict_mixed",
                  "sample_class_probs_mixed"),
     "._npsvor": ("NPSVORConfig", "NPSVORResult", "cv_npsvor", "fit_npsvor", "predict_r_new", "predict_r_old"),
@@ -90,7 +91,15 @@ if TYPE_CHECKING:
         predict_clm,
         sample_class_probs_clm,
     )
-    from ._isbor import ISBORConfig, ISBORPrediction, ISBORResult, fit_isbor, fit_sbor, predict_isbor
+    from ._isbor import (
+        ISBORConfig,
+        ISBORPrediction,
+        ISBORResult,
+        fit_isbor,
+        fit_sbor,
+        predict_isbor,
+        sample_class_probs_isbor,
+    )
     from ._mixed import (
         MixedConfig,
         MixedPrediction,

@@ -73,10 +73,8 @@ from jax.scipy.linalg import solve_triangular
 
 from ._basis import candidate_columns, candidate_rows, check_kernel, kernel_matrix
 from ._columns import center_and_scale
-from ._laplace import joint_posterior, laplace_at, laplace_log_evidence, newton_map
+from ._laplace import joint_draws, joint_posterior, laplace_at, laplace_log_evidence, newton_map
 from ._likelihood import (
-    GH_NODES,
-    GH_WEIGHTS,
     log_class_probs,
     log_predictive_probs,
     ordinal_loglik,
@@ -100,6 +98,7 @@ __all__ = [
     "fit_isbor",
     "fit_sbor",
     "predict_isbor",
+    "sample_class_probs_isbor",
     "weight_cov",
 ]
 
@@ -225,16 +224,14 @@ class ISBORPrediction(NamedTuple):
     """Predictive class probabilities P(y = k | x), (n, K)."""
     log_proba: jax.Array
     """Their logarithms, (n, K)."""
-    proba_std: jax.Array
-    """Posterior standard deviation of P(y = k | f(x)) over f(x) ~ N(mean, var), (n, K)."""
     latent_mean: jax.Array
     """Posterior mean of f(x) = phi(x)^T w*, (n,)."""
     latent_var: jax.Array
     """Marginal posterior variance of f(x) under the joint posterior of weights and
     thresholds, (n,)."""
     weight_var: jax.Array
-    """Variance of f(x) over the weights' posterior alone, phi(x)^T Sigma phi(x), (n,)
-    (the spread behind ``proba_std``)."""
+    """Variance of f(x) over the weights' conditional posterior alone (thresholds held),
+    phi(x)^T P_ww^{-1} phi(x), (n,)."""
 
 
 # ---------------------------------------------------------------------------------------
@@ -855,10 +852,8 @@ def predict_isbor(result: ISBORResult, X, *, kernel=None, degree=None, link=None
     ``s_k = sqrt(sigma^2 + s_k^2)`` for the probit (exact), the probit approximation for
     the logit, and quadrature for the other links
     (:func:`bayesord._likelihood.log_predictive_probs`).  ``latent_var`` is the
-    marginal variance of f(x), ``v + a^T Sigma_bb^{-1} a``.  ``proba_std`` is the standard
-    deviation of ``P(y = k | f)`` over the weights' posterior with the thresholds at their
-    estimate, ``f ~ N(m, v)`` (64-point Gauss-Hermite, accurate to about 1e-5 absolute
-    unless ``sqrt(v)`` is many times ``sigma``).
+    marginal variance of f(x), ``v + a^T Sigma_bb^{-1} a``.  The posterior spread of the
+    class probabilities themselves is :func:`sample_class_probs_isbor`'s.
 
     Args:
         result: a fitted :class:`ISBORResult`.
@@ -875,16 +870,19 @@ def predict_isbor(result: ISBORResult, X, *, kernel=None, degree=None, link=None
     return _predict_isbor(result, X)
 
 
-@jax.jit
-def _predict_isbor(result: ISBORResult, X) -> ISBORPrediction:
-    kernel, degree, link = result.config.kernel, result.config.degree, result.config.link
-    dtype = result.w.dtype
-    X = (X.astype(dtype) - result.center) / result.scale
-    if kernel == "precomputed":
+def _basis(result: ISBORResult, X):
+    """The active basis functions at new inputs, (n, M), inactive slots zero."""
+    X = (X.astype(result.w.dtype) - result.center) / result.scale
+    if result.config.kernel == "precomputed":
         Phi = jnp.take(X, jnp.maximum(result.relevance_index, 0), axis=1)
     else:
-        Phi = kernel_matrix(X, result.centres, result.theta, kernel, degree)
-    Phi = Phi * result.mask[None, :]
+        Phi = kernel_matrix(X, result.centres, result.theta, result.config.kernel, result.config.degree)
+    return Phi * result.mask[None, :]
+
+
+@jax.jit
+def _predict_isbor(result: ISBORResult, X) -> ISBORPrediction:
+    Phi = _basis(result, X)
     mean = Phi @ result.w
     V = solve_triangular(result.chol, Phi.T, lower=True)
     a = Phi @ result.cross_cov
@@ -893,15 +891,40 @@ def _predict_isbor(result: ISBORResult, X) -> ISBORPrediction:
     weight_var = jnp.sum(V * V, axis=0)
     var = weight_var + jnp.sum(a * c, axis=1)
     margin_var = var[:, None] + jnp.diag(result.thresholds_cov)[None, :] - 2.0 * a
-    log_p = log_predictive_probs(mean, margin_var, result.sigma, result.b, link)[0]
-    proba = jnp.exp(log_p)
-    nodes = mean[:, None] + jnp.sqrt(2.0 * weight_var)[:, None] * jnp.asarray(GH_NODES, dtype)[None, :]
-    lp_nodes = log_class_probs(nodes.reshape(-1), jnp.full(nodes.size, result.sigma, dtype),
-                               result.b, link).reshape(nodes.shape + (result.b.shape[0] + 1,))
-    wq = jnp.asarray(GH_WEIGHTS / np.sqrt(np.pi), dtype)
-    second = jnp.einsum("q,nqk->nk", wq, jnp.exp(2.0 * lp_nodes))
-    first = jnp.einsum("q,nqk->nk", wq, jnp.exp(lp_nodes))
-    std = jnp.sqrt(jnp.maximum(second - first * first, 0.0))
+    log_p = log_predictive_probs(mean, margin_var, result.sigma, result.b, result.config.link)[0]
     labels = jnp.sum(mean[:, None] > result.b[None, :], axis=1).astype(jnp.int32)
-    return ISBORPrediction(labels=labels, proba=proba, log_proba=log_p, proba_std=std,
+    return ISBORPrediction(labels=labels, proba=jnp.exp(log_p), log_proba=log_p,
                            latent_mean=mean, latent_var=var, weight_var=weight_var)
+
+
+def sample_class_probs_isbor(result: ISBORResult, X, key, *, n_draws: int = 200):
+    """Class probabilities under draws of (w, b) from the joint Laplace posterior, shape
+    (n_draws, n, K).
+
+    Each draw gives ``P(y = k | x, w_s, b_s)`` with the noise at its estimate; the
+    thresholds are drawn in (b_1, log-gap) space (:func:`bayesord._laplace.joint_draws`),
+    so every draw's are ordered.  The spread of the draws is the posterior uncertainty of
+    the class probabilities, thresholds included; their mean approaches
+    :func:`predict_isbor`'s ``proba`` up to the linearisation behind it.
+
+    Args:
+        result: a fitted :class:`ISBORResult`.
+        X: new inputs, as for :func:`predict_isbor`.
+        key: a ``jax.random`` key.
+        n_draws: the number of draws.
+    """
+    return _sample_class_probs_isbor(result, X, key, n_draws=n_draws)
+
+
+@partial(jax.jit, static_argnames=("n_draws",))
+def _sample_class_probs_isbor(result: ISBORResult, X, key, *, n_draws: int):
+    Phi = _basis(result, X)
+    active = result.mask.astype(result.w.dtype)
+    both = active[:, None] * active[None, :] > 0
+    # Inactive slots get an identity block, so the factorisation sees a proper covariance;
+    # their basis columns are zero, so their draws change nothing.
+    w_cov = jnp.where(both, weight_cov(result), jnp.eye(active.shape[0], dtype=active.dtype))
+    w, b = joint_draws(result.w * active, w_cov, result.cross_cov * active[:, None], result.b,
+                       result.thresholds_cov, key, n_draws)
+    scale = jnp.broadcast_to(result.sigma, (Phi.shape[0],))
+    return jax.vmap(lambda ws, bs: jnp.exp(log_class_probs(Phi @ ws, scale, bs, result.config.link)))(w, b)

@@ -17,7 +17,8 @@ and the likelihood is the ordinal likelihood of :mod:`bayesord._likelihood` (Eq.
   differentiated.
 * :func:`joint_posterior` completes the Laplace posterior of ``w`` at any point into one
   over ``(w, b)`` (thresholds with a flat prior), which keeps the correlation between the
-  weights and the thresholds.
+  weights and the thresholds; :func:`joint_draws` samples that Gaussian with every draw's
+  thresholds ordered.
 * :func:`newton_map_joint` maximises over ``(w, b)`` jointly (thresholds as parameters with
   a flat prior): the ordinal log-likelihood is jointly concave in ``(f, b)``, so Newton with
   backtracking (which also rejects any step that would break the threshold order)
@@ -39,6 +40,7 @@ import numpy as np
 from ._likelihood import ordinal_loglik, ordinal_ratios, ordinal_terms, terms_from_ratios
 from ._linalg import chol_inverse, chol_logdet, chol_solve, safe_cholesky
 from ._status import Status
+from ._thresholds import params_from_thresholds, thresholds_from_params, thresholds_jacobian
 
 __all__ = [
     "NewtonResult",
@@ -50,6 +52,8 @@ __all__ = [
     "newton_map_joint",
     "JointPosterior",
     "joint_posterior",
+    "gap_space_gaussian",
+    "joint_draws",
     "maximise_exact",
     "saddle_free_precision",
 ]
@@ -409,6 +413,44 @@ def joint_posterior(Phi, y, weights, w, b, sigma, alpha, chol, link="probit") ->
     L, ok = safe_cholesky(p_bb - p_wb.T @ gain)
     thresholds_cov = chol_inverse(L)
     return JointPosterior(thresholds_cov, -gain @ thresholds_cov, gain, ok)
+
+
+def gap_space_gaussian(w, w_cov, cross_cov, b, b_cov):
+    """The joint Gaussian of ``(w, b)`` in ``(w, theta)`` coordinates, ``theta = (b_1, log
+    gaps)`` (:func:`bayesord._thresholds.params_from_thresholds`), by the delta method:
+    mean ``(w, theta(b))`` and covariance ``T C T^T`` with ``T = diag(I, J^{-1})``, ``J =
+    db/dtheta``.  Drawn there, every draw's thresholds are ordered.
+
+    Args:
+        w, w_cov: the weights' mean (m,) and marginal covariance (m, m).
+        cross_cov: covariance of the weights with the thresholds, (m, K-1).
+        b, b_cov: the thresholds (K-1,), strictly increasing, and their covariance.
+
+    Returns:
+        (mean, cov) of shapes (m + K - 1,) and (m + K - 1, m + K - 1).
+    """
+    theta = params_from_thresholds(b)
+    J = thresholds_jacobian(theta)
+    Jinv = jnp.linalg.solve(J, jnp.eye(J.shape[0], dtype=J.dtype))
+    cov = jnp.block([[w_cov, cross_cov @ Jinv.T],
+                     [Jinv @ cross_cov.T, Jinv @ b_cov @ Jinv.T]])
+    return jnp.concatenate([w, theta]), cov
+
+
+def joint_draws(w, w_cov, cross_cov, b, b_cov, key, n_draws):
+    """``n_draws`` draws of ``(w, b)`` from their joint Gaussian posterior, drawn in the
+    coordinates of :func:`gap_space_gaussian` so every draw's thresholds are ordered.
+
+    Returns:
+        (w_draws (n_draws, m), b_draws (n_draws, K-1)); NaN when the covariance is not
+        positive definite, never silently zero.
+    """
+    mean, cov = gap_space_gaussian(w, w_cov, cross_cov, b, b_cov)
+    L, ok = safe_cholesky(cov)
+    L = jnp.where(ok, L, jnp.nan)
+    draws = mean + jax.random.normal(key, (n_draws, mean.shape[0]), dtype=cov.dtype) @ L.T
+    m = w.shape[0]
+    return draws[:, :m], jax.vmap(thresholds_from_params)(draws[:, m:])
 
 
 def saddle_free_precision(hessian):

@@ -65,6 +65,7 @@ import optax
 from ._columns import center_and_scale
 from ._effects import average_marginal_effects
 from ._laplace import (
+    joint_draws,
     joint_posterior,
     laplace_at,
     laplace_log_evidence,
@@ -549,21 +550,10 @@ def marginal_effects_probit(result: ProbitResult, X, discrete):
 
 
 def _posterior_draws(result: ProbitResult, key, n_draws):
-    """Draws of (w, b) from the Laplace posterior; thresholds drawn in (b_1, log-gap) space
-    (delta method) so every draw is ordered."""
-    d = result.coef.shape[0]
-    theta = params_from_thresholds(result.thresholds)
-    J = thresholds_jacobian(theta)
-    Jinv = jnp.linalg.solve(J, jnp.eye(J.shape[0], dtype=J.dtype))
-    cov = jnp.block([[result.coef_cov, result.cross_cov @ Jinv.T],
-                     [Jinv @ result.cross_cov.T, Jinv @ result.thresholds_cov @ Jinv.T]])
-    L, ok = safe_cholesky(cov)
-    L = jnp.where(ok, L, jnp.nan)  # a failed factorisation shows as NaN draws, never as zeros
-    z = jax.random.normal(key, (n_draws, cov.shape[0]), dtype=cov.dtype)
-    draws = jnp.concatenate([result.coef, theta]) + z @ L.T
-    w = draws[:, :d]
-    b = jax.vmap(thresholds_from_params)(draws[:, d:])
-    return w, b
+    """Draws of (w, b) from the Laplace posterior, every draw's thresholds ordered
+    (:func:`bayesord._laplace.joint_draws`)."""
+    return joint_draws(result.coef, result.coef_cov, result.cross_cov, result.thresholds,
+                       result.thresholds_cov, key, n_draws)
 
 
 def sample_class_probs(result: ProbitResult, X, key, *, n_draws: int = 200, link: str | None = None):

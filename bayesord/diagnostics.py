@@ -1,14 +1,14 @@
 """ArviZ export and PSIS-LOO model comparison for the Bayesian models.
 
 The Bayesian fits of this library (the ordinal probit, ISBOR and SBOR) end in a
-Gaussian (Laplace) posterior over their weights, with hyperparameters (thresholds in
-"evidence" mode, the noise scale, the prior precisions) set by type-II maximum
-likelihood.  :func:`to_inference_data` draws from that Gaussian and writes an
+Gaussian (Laplace) posterior over their weights and thresholds, with hyperparameters
+(the noise scale, the prior precisions) set by type-II maximum likelihood.
+:func:`to_inference_data` draws from that Gaussian and writes an
 :class:`arviz.InferenceData` with
 
 * ``posterior``: the drawn parameters (``coef`` over ``feature`` for the probit,
-  ``thresholds`` over ``cut``), plus the type-II ML point estimates (``sigma``,
-  ``alpha``) repeated across draws so that every quantity of the model sits in one place;
+  ``weights`` over ``relevance_vector`` for ISBOR/SBOR, ``thresholds`` over ``cut``);
+* ``constant_data``: the type-II ML point estimates (``sigma``, ``alpha``);
 * ``log_likelihood``: ``y`` with ``log P(y_i | draw)`` for every draw and row, which is
   what :func:`arviz.loo` and :func:`arviz.compare` need;
 * ``posterior_predictive``: ``y`` drawn from each draw's class probabilities;
@@ -41,12 +41,12 @@ import numpy as np
 
 from ._basis import kernel_matrix
 from ._isbor import Action, ISBORResult, weight_cov
+from ._laplace import gap_space_gaussian
 from ._likelihood import LINKS, log_class_probs
-from ._linalg import chol_inverse
 from ._probit import ProbitResult
 from ._results import check_settings
 from ._status import warn_user
-from ._thresholds import params_from_thresholds, thresholds_from_params, thresholds_jacobian
+from ._thresholds import thresholds_from_params
 
 __all__ = [
     "LaplacePosterior",
@@ -96,7 +96,7 @@ def laplace_posterior(model, **kwargs) -> LaplacePosterior:
     """The :class:`LaplacePosterior` of a fitted Bayesian model.
 
     Dispatches on the functional result: registered for :class:`bayesord.ProbitResult`
-    and :class:`bayesord.ISBORResult` (weights over the relevance vectors; thresholds,
+    and :class:`bayesord.ISBORResult` (weights over the relevance vectors and thresholds;
     sigma and alpha as type-II ML point estimates); the link, kernel and degree are read
     from the result's ``config``; ``classes=`` and ``feature_names=`` label the output.  A fitted estimator (:class:`bayesord.OrdinalProbit`,
     :class:`bayesord.ISBOR`, :class:`bayesord.SBOR`) is read through its
@@ -136,15 +136,11 @@ def _probit_posterior(result: ProbitResult, link, classes, feature_names,
     res = jax.tree_util.tree_map(np.asarray, result)
     d = res.coef.shape[0]
     k1 = res.thresholds.shape[0]
-    theta = np.asarray(params_from_thresholds(jnp.asarray(res.thresholds)))
     # The joint Gaussian of (w, b) is drawn in the centred model's coordinates, thresholds
-    # in (b_1, log-gap) space (delta method) so every draw is ordered; each draw's
-    # thresholds are then moved to x = 0 (b + center^T w), the scale of the coefficients.
-    jac = np.asarray(thresholds_jacobian(jnp.asarray(theta)))
-    jinv = np.linalg.solve(jac, np.eye(k1))
-    cov = np.block([[res.coef_cov, res.cross_cov @ jinv.T],
-                    [jinv @ res.cross_cov.T, jinv @ res.thresholds_cov @ jinv.T]])
-    mean = np.concatenate([res.coef, theta])
+    # in (b_1, log-gap) space so every draw is ordered; each draw's thresholds are then
+    # moved to x = 0 (b + center^T w), the scale of the coefficients.
+    mean, cov = (np.asarray(a) for a in gap_space_gaussian(res.coef, res.coef_cov, res.cross_cov,
+                                                          res.thresholds, res.thresholds_cov))
     center = jnp.asarray(res.center)
 
     def unpack(flat):
@@ -192,16 +188,20 @@ def _sparse_log_probs(kernel, degree, link):
 
 def _sparse_posterior(result, kernel, degree, link, classes, model_name,
                       feature_names=None) -> LaplacePosterior:
-    """The Gaussian over the active relevance-vector weights of an ISBOR/SBOR result.
+    """The joint Gaussian over the active relevance-vector weights and the thresholds of an
+    ISBOR/SBOR result (thresholds drawn in (b_1, log-gap) space, so every draw is ordered).
 
-    Besides the held values (thresholds, sigma, alpha), the constants hold ``location``:
+    Besides the held values (sigma, alpha), the constants hold ``location``:
     each relevance vector's training row in the user's feature units, (relevance_vector,
     feature), so the vectors can be read in feature space (not for a precomputed kernel).
     """
     res = jax.tree_util.tree_map(np.asarray, result)
     mask = res.mask.astype(bool)
     rows = res.relevance_index[mask].astype(np.int64)
-    cov = np.asarray(chol_inverse(jnp.asarray(res.chol)), dtype=np.float64)[np.ix_(mask, mask)]
+    mean, cov = (np.asarray(a, dtype=np.float64) for a in gap_space_gaussian(
+        res.w[mask], np.asarray(weight_cov(result))[np.ix_(mask, mask)], res.cross_cov[mask],
+        res.b, res.thresholds_cov))
+    m = int(mask.sum())
     k = res.b.shape[0] + 1
     classes = np.arange(k) if classes is None else np.asarray(classes)
     if classes.shape != (k,):
@@ -211,8 +211,7 @@ def _sparse_posterior(result, kernel, degree, link, classes, model_name,
               "cut": [f"{cls[j]}|{cls[j + 1]}" for j in range(k - 1)]}
     dims = {"weights": ("relevance_vector",), "alpha": ("relevance_vector",),
             "thresholds": ("cut",), "sigma": ()}
-    fixed = {"thresholds": np.asarray(res.b, dtype=np.float64),
-             "sigma": np.asarray(res.sigma, dtype=np.float64),
+    fixed = {"sigma": np.asarray(res.sigma, dtype=np.float64),
              "alpha": np.asarray(res.alpha, dtype=np.float64)[mask]}
     if kernel != "precomputed":
         d = res.centres.shape[1]
@@ -224,8 +223,11 @@ def _sparse_posterior(result, kernel, degree, link, classes, model_name,
             "center": np.asarray(res.center, dtype=np.float64),
             "scale": np.asarray(res.scale, dtype=np.float64),
             "columns": rows.astype(np.int32)}
-    return LaplacePosterior(model_name, np.asarray(res.w, dtype=np.float64)[mask], cov,
-                            lambda flat: {"weights": flat}, fixed, dims, coords,
+
+    def unpack(flat):
+        return {"weights": flat[:, :m], "thresholds": jax.vmap(thresholds_from_params)(flat[:, m:])}
+
+    return LaplacePosterior(model_name, mean, cov, unpack, fixed, dims, coords,
                             _sparse_log_probs(kernel, int(degree), link), classes, data)
 
 
@@ -305,7 +307,7 @@ def to_inference_data(model, X, y, *, draws: int = 500, chains: int = 4, key=Non
 
     Returns:
         InferenceData with groups posterior (the drawn parameters), constant_data (those
-        held at their estimate: ``sigma``, ``alpha``, and ISBOR's ``thresholds``; for
+        held at their estimate: ``sigma`` and ``alpha``; for
         ISBOR/SBOR also ``location``, each relevance vector's training row in the user's
         feature units, dims (relevance_vector, feature)),
         log_likelihood, posterior_predictive, observed_data; dims ``chain``, ``draw``,
@@ -366,7 +368,7 @@ def to_inference_data(model, X, y, *, draws: int = 500, chains: int = 4, key=Non
         return a.reshape((chains, draws) + a.shape[1:])
 
     posterior = {k: per_chain(v) for k, v in params.items()}
-    # Values held at their estimate (the noise, the prior precisions, ISBOR's thresholds) are
+    # Values held at their estimate (the noise, the prior precisions) are
     # constants, not draws: in the posterior group they would get NaN r_hat and warnings.
     constants = {name: np.asarray(value) for name, value in post.fixed.items()}
     dims = {k: list(v) for k, v in post.dims.items()}

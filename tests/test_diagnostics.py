@@ -280,8 +280,8 @@ def test_isbor_result_exports_like_the_estimator(isbor_fit):
     np.testing.assert_array_equal(a.posterior["weights"].coords["relevance_vector"].values,
                                   model.relevance_indices_)
     # Held values are constants; each relevance vector is located in the user's feature units.
-    assert set(a.posterior.data_vars) == {"weights"}
-    assert set(a.constant_data.data_vars) == {"thresholds", "sigma", "alpha", "location"}
+    assert set(a.posterior.data_vars) == {"weights", "thresholds"}
+    assert set(a.constant_data.data_vars) == {"sigma", "alpha", "location"}
     loc = a.constant_data["location"]
     assert loc.dims == ("relevance_vector", "feature")
     np.testing.assert_allclose(loc.values, X[model.relevance_indices_], rtol=1e-12, atol=1e-12)

@@ -23,6 +23,7 @@ from bayesord._isbor import (
     fit_isbor,
     fit_sbor,
     predict_isbor,
+    sample_class_probs_isbor,
 )
 from bayesord._laplace import laplace_log_evidence, newton_map
 from bayesord._likelihood import ordinal_terms
@@ -242,7 +243,6 @@ def test_predictive_probabilities_match_quadrature(fitted, data):
     S_bb, S_wb = np.asarray(fitted.thresholds_cov), np.asarray(fitted.cross_cov)
     S_ww = np.linalg.inv(L @ L.T) + S_wb @ np.linalg.solve(S_bb, S_wb.T)
     b_hat, s = np.asarray(fitted.b), float(fitted.sigma)
-    b = np.concatenate([[-np.inf], b_hat, [np.inf]])
     for i in range(len(Xt)):
         m, v = float(p.latent_mean[i]), float(p.latent_var[i])
         np.testing.assert_allclose(v, Pt[i] @ S_ww @ Pt[i], rtol=1e-8)
@@ -250,16 +250,46 @@ def test_predictive_probabilities_match_quadrature(fitted, data):
         var_u = v + np.diag(S_bb) - 2 * Pt[i] @ S_wb
         cum = norm.cdf((b_hat - m) / np.sqrt(s**2 + var_u))
         np.testing.assert_allclose(proba[i], np.diff(np.r_[0.0, cum, 1.0]), atol=1e-12)
-        # proba_std: the spread of P(y = k | f) over the weights' posterior alone.
-        v = Pt[i] @ np.linalg.solve(L @ L.T, Pt[i])
-        f = np.linspace(m - 12 * np.sqrt(v), m + 12 * np.sqrt(v), 20001)
-        dens = norm.pdf(f, m, np.sqrt(v))
-        pk = norm.cdf((b[1:, None] - f) / s) - norm.cdf((b[:-1, None] - f) / s)
-        mean_ref = np.trapezoid(pk * dens, f, axis=1)
-        std_ref = np.sqrt(np.maximum(np.trapezoid(pk**2 * dens, f, axis=1) - mean_ref**2, 0))
-        np.testing.assert_allclose(p.proba_std[i], std_ref, atol=2e-5)
     labels = np.asarray(p.labels)
     np.testing.assert_array_equal(labels, (np.asarray(p.latent_mean)[:, None] > np.asarray(fitted.b)).sum(1))
+
+
+def test_probability_draws_carry_the_thresholds_uncertainty(fitted):
+    # Reference: (f(x), b_1, log(b_2 - b_1)) drawn in NumPy from their Gaussian, built from
+    # the result's blocks by the delta method (the coordinates the library draws in).
+    Xt = np.random.default_rng(7).uniform(-2.5, 2.5, size=(6, 2))
+    n_draws = 40_000
+    draws = np.asarray(sample_class_probs_isbor(fitted, jnp.asarray(Xt), jax.random.key(0), n_draws=n_draws))
+    assert draws.shape == (n_draws, 6, 3)
+    assert np.all(draws >= 0) and np.allclose(draws.sum(-1), 1.0, atol=1e-9)  # ordered thresholds
+    mask = np.asarray(fitted.mask)
+    Pt = np.asarray(kernel_matrix(Xt, np.asarray(fitted.centres), THETA)) * mask
+    L = np.asarray(fitted.chol)
+    S_bb, S_wb = np.asarray(fitted.thresholds_cov), np.asarray(fitted.cross_cov)
+    S_ww = np.linalg.inv(L @ L.T) + S_wb @ np.linalg.solve(S_bb, S_wb.T)
+    b_hat, s = np.asarray(fitted.b), float(fitted.sigma)
+    gap = b_hat[1] - b_hat[0]
+    T = np.diag([1.0, 1.0, 0.0])
+    T[2, 1:] = [-1.0 / gap, 1.0 / gap]  # d(f, b_1, log gap) / d(f, b_1, b_2)
+    rng = np.random.default_rng(1)
+    spread_from_thresholds = []
+    for i in range(len(Xt)):
+        a = Pt[i] @ S_wb
+        cov = np.block([[np.atleast_2d(Pt[i] @ S_ww @ Pt[i]), a[None, :]], [a[:, None], S_bb]])
+        z = rng.multivariate_normal(np.r_[Pt[i] @ np.asarray(fitted.w), b_hat[0], np.log(gap)],
+                                    T @ cov @ T.T, size=n_draws)
+        b = np.c_[z[:, 1], z[:, 1] + np.exp(z[:, 2])]
+        cum = norm.cdf((b - z[:, :1]) / s)
+        ref = np.diff(np.c_[np.zeros(n_draws), cum, np.ones(n_draws)], axis=1)
+        np.testing.assert_allclose(draws[:, i].mean(0), ref.mean(0), atol=3e-3)
+        if ref.mean(0).max() > 0.99:
+            continue  # a few extreme draws make up the sd: its Monte Carlo error is large
+        np.testing.assert_allclose(draws[:, i].std(0), ref.std(0), rtol=0.05, atol=2e-3)
+        # The same with the thresholds held at their estimate: the spread they add.
+        f = rng.normal(Pt[i] @ np.asarray(fitted.w), np.sqrt(Pt[i] @ np.linalg.solve(L @ L.T, Pt[i])), n_draws)
+        held = np.diff(np.c_[np.zeros(n_draws), norm.cdf((b_hat - f[:, None]) / s), np.ones(n_draws)], axis=1)
+        spread_from_thresholds.append(np.max(ref.std(0) - held.std(0)))
+    assert max(spread_from_thresholds) > 0.05
 
 
 def test_zero_weight_rows_are_ignored(data):

@@ -286,7 +286,8 @@ def test_sbor_estimator_and_precomputed_basis(data):
 
 
 def test_to_inference_data_for_isbor(model, data):
-    """Posterior draws over the relevance-vector weights; log-likelihood vs NumPy/SciPy."""
+    """Posterior draws over the relevance-vector weights and the thresholds; log-likelihood
+    vs NumPy/SciPy."""
     import arviz as az
     from scipy.stats import norm
 
@@ -298,10 +299,15 @@ def test_to_inference_data_for_isbor(model, data):
     w = idata.posterior["weights"].values.reshape(-1, len(model.coef_))
     assert list(idata.posterior["weights"].dims[2:]) == ["relevance_vector"]
     np.testing.assert_allclose(w.mean(axis=0), model.coef_, atol=4 * np.sqrt(np.diag(model.coef_cov_).max() / 400))
+    thr = idata.posterior["thresholds"].values.reshape(-1, 2)
+    assert np.all(np.diff(thr, axis=1) > 0) and "thresholds" not in idata.constant_data
+    np.testing.assert_allclose(thr.mean(axis=0), model.thresholds_,
+                               atol=4 * np.sqrt(np.diag(model.thresholds_cov_).max() / 400))
+    np.testing.assert_allclose(np.cov(thr.T), model.thresholds_cov_, rtol=0.3)
     # Independent pointwise log-likelihood for the first draw.
     d2 = ((X[:, None, :] - model.relevance_vectors_[None, :, :]) ** 2).sum(-1)
     f = np.exp(-model.theta_ * d2) @ w[0]
-    b = np.concatenate([[-np.inf], model.thresholds_, [np.inf]])
+    b = np.concatenate([[-np.inf], thr[0], [np.inf]])
     ref = np.log(norm.cdf((b[y + 1] - f) / model.sigma_) - norm.cdf((b[y] - f) / model.sigma_))
     got = idata.log_likelihood["y"].values.reshape(-1, len(y))[0]
     np.testing.assert_allclose(got, ref, rtol=1e-8, atol=1e-10)

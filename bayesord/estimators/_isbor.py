@@ -10,14 +10,12 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpy as np
-from scipy.stats import norm
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
 from .. import diagnostics, metrics
 from .._basis import KERNELS, kmeanspp_indices
 from .._columns import center_and_scale
-from .._likelihood import log_class_probs
 from .._isbor import (
     Action,
     ISBORConfig,
@@ -25,11 +23,24 @@ from .._isbor import (
     fit_isbor,
     fit_sbor,
     predict_isbor,
+    sample_class_probs_isbor,
     weight_cov,
 )
 from .._progress import check_verbose, prefix
+from .._shapes import bucket_rows, pad_rows
 from .._status import check_status, warn_user
-from ._base import BAYES_ONE_CLASS_HINT, OrdinalEstimator, SavableMixin, fresh_fit, posterior_table, threshold_names
+from ._base import (
+    BAYES_ONE_CLASS_HINT,
+    OrdinalEstimator,
+    SavableMixin,
+    bands_from_draws,
+    check_level,
+    check_positive_ints,
+    draws_key,
+    fresh_fit,
+    posterior_table,
+    threshold_names,
+)
 from ._uncertainty import UncertaintyMixin
 
 __all__ = ["ISBOR", "SBOR"]
@@ -114,10 +125,7 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         if isinstance(self.cv, (bool, str, bytes)) or not cv_ok:
             raise ValueError(f"cv must be a number of folds (>= 2), a CV splitter or an iterable of "
                              f"(train, test) index arrays, got {self.cv!r}")
-        for name in ("max_iter", "block_size", "selection_max_samples"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        check_positive_ints(self, "max_iter", "block_size", "selection_max_samples", "n_draws")
         _check_positive(self.min_delta, "min_delta")
         if n < n_classes:
             raise ValueError(f"fewer samples ({n}) than classes ({n_classes})")
@@ -162,6 +170,12 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
                              f"training row j; got shape {X.shape}")
         rng = check_random_state(self.random_state)
         key = jax.random.PRNGKey(rng.randint(2**31 - 1))
+        if self.kernel != "precomputed":
+            # Standardised here in float64, so raw and already standardised columns reach
+            # the float32 fit as the same numbers: the greedy selection would otherwise
+            # amplify their rounding differences into different relevance vectors.
+            center, scale = center_and_scale(X, sw)
+            X = (X - center) / scale
         Xj, yj, swj = jnp.asarray(X), jnp.asarray(codes, jnp.int32), jnp.asarray(sw)
         key, k_centres, k_sel = jax.random.split(key, 3)
         cand = self._candidates(Xj, swj, k_centres)
@@ -172,6 +186,11 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
             theta = float(self.theta)
         config = self._config(n, cand.shape[0], n_classes, Xj.dtype)
         res = self._solver(Xj, yj, swj, cand, key, theta, self.min_delta, config)
+        if self.kernel != "precomputed":
+            # The fit's own standardisation follows this one: compose the two, in float64
+            # (predictions standardise on the host too: _predict_raw).
+            res = res._replace(center=center + scale * np.asarray(res.center, np.float64),
+                               scale=scale * np.asarray(res.scale, np.float64))
         check_status(int(res.status), self._solver_name)
         self._store(res)
         return self
@@ -383,10 +402,20 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         """
         return diagnostics.to_inference_data(self, X, y, **kwargs)
 
-    def _predict_raw(self, X):
+    def _inputs(self, X):
+        """(result, rows) to predict with: the rows standardised here in float64, as in fit
+        (float32 rows of a column with a large mean would lose the digits that vary)."""
         check_is_fitted(self, "result_")
         X = self._validate_predict(X)
-        return predict_isbor(self.result_, jnp.asarray(X))
+        res = self.result_
+        if res.config.kernel != "precomputed":
+            X = (X - res.center) / res.scale
+            res = res._replace(center=np.zeros_like(res.center), scale=np.ones_like(res.scale))
+        return res, X
+
+    def _predict_raw(self, X):
+        res, X = self._inputs(X)
+        return predict_isbor(res, jnp.asarray(X))
 
     def predict(self, X):
         """Labels: the class whose threshold interval holds the latent mean (predictive median)."""
@@ -396,38 +425,36 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         """Predictive class probabilities, (n, K), columns in ``classes_`` order."""
         return np.asarray(self._predict_raw(X).proba)
 
+    def _probability_draws(self, X):
+        """Class probabilities under ``n_draws`` joint posterior draws, (n_draws, n, K)."""
+        check_positive_ints(self, "n_draws")
+        res, X = self._inputs(X)
+        seed = self.random_state if isinstance(self.random_state, numbers.Integral) else None
+        n = X.shape[0]
+        (X,) = pad_rows(bucket_rows(n), X)
+        draws = sample_class_probs_isbor(res, jnp.asarray(X), draws_key(seed), n_draws=int(self.n_draws))
+        return np.asarray(draws)[:, :n]
+
     def predict_proba_std(self, X):
-        """Posterior standard deviation of each class probability, (n, K)."""
-        return np.asarray(self._predict_raw(X).proba_std)
+        """Posterior standard deviation of each class probability ``P(y = k | x, w, b)`` over
+        ``n_draws`` draws of the weights and thresholds from their joint posterior, (n, K)."""
+        return bands_from_draws(self._probability_draws(X), 0.95)[2]
 
-    def predict_proba_interval(self, X, level=0.95, n_nodes=200):
-        """Central band of each class probability ``P(y = k | f(x))`` over the weights' posterior.
-
-        ``f(x) ~ N(m, v)`` with v the weights' part of the latent variance (the thresholds
-        and noise at their type-II estimates, as in ``predict_proba_std``); the band is read
-        off ``n_nodes`` equally likely values of f (the normal quantiles at
-        ``(i + 1/2)/n_nodes``), so it is deterministic.
+    def predict_proba_interval(self, X, level=0.95):
+        """Central credible band of each class probability ``P(y = k | x, w, b)`` over
+        ``n_draws`` draws of the weights and thresholds from their joint posterior (the
+        thresholds drawn in (b_1, log-gap) space so each draw's are ordered; the noise at its
+        type-II estimate).
 
         Returns:
             (lower, upper, sd), each (n, K), with 0 <= lower <= upper <= 1; ``sd`` is
             ``predict_proba_std``.
 
         Raises:
-            ValueError: ``level`` outside (0, 1) or ``n_nodes`` < 2.
+            ValueError: ``level`` outside (0, 1).
         """
-        if not 0 < level < 1:
-            raise ValueError(f"level must lie strictly between 0 and 1, got {level!r}")
-        if isinstance(n_nodes, bool) or not isinstance(n_nodes, (int, np.integer)) or n_nodes < 2:
-            raise ValueError(f"n_nodes must be an integer >= 2, got {n_nodes!r}")
-        p = self._predict_raw(X)
-        res = self.result_
-        z = norm.ppf((np.arange(n_nodes) + 0.5) / n_nodes)
-        f = np.asarray(p.latent_mean)[:, None] + np.sqrt(np.asarray(p.weight_var))[:, None] * z[None, :]
-        log_p = log_class_probs(jnp.asarray(f.reshape(-1)), jnp.full(f.size, res.sigma, f.dtype),
-                                jnp.asarray(res.b, f.dtype), res.config.link)
-        draws = np.exp(np.asarray(log_p)).reshape(f.shape + (len(self.classes_),))
-        lower, upper = np.quantile(draws, [(1 - level) / 2, (1 + level) / 2], axis=1)
-        return (np.clip(lower, 0.0, 1.0), np.clip(upper, 0.0, 1.0), np.asarray(p.proba_std))
+        check_level(level)
+        return bands_from_draws(self._probability_draws(X), level)
 
     def predict_latent(self, X):
         """Posterior mean and variance of the latent score f(x): two arrays of shape (n,)."""
@@ -497,7 +524,10 @@ class ISBOR(_SparseBayesOrdinal):
         learn_noise: learn sigma (else fixed at 1).
         classes: the labels in increasing order (needed for string labels; ``fit(classes=...)``
             does the same, and the two must agree when both are given).
-        random_state: seed for the initial one-per-class draw and the subsets.
+        n_draws: posterior draws of (weights, thresholds) behind ``predict_proba_std`` and
+            ``predict_proba_interval``.
+        random_state: seed for the initial one-per-class draw and the subsets; an int also
+            seeds the posterior draws (else they use seed 0, so they repeat).
         verbose: report progress on stderr (0, the default: silent).  One updating line per
             fit (``ISBOR iter 37/500  log-evidence -1234.5  RVs 22``) and per width-selection
             grid; the results do not change.
@@ -533,7 +563,8 @@ class ISBOR(_SparseBayesOrdinal):
     def __init__(self, kernel="rbf", theta="auto", theta_grid="scale", theta_selection="cv",
                  cv=5, cv_scoring="log_loss", selection_max_samples=2000, degree=2, capacity=128, max_iter=500,
                  min_delta=1e-2, n_centres=None, centre_selection="random", block_size=256, cache_bytes=2**30,
-                 link="probit", learn_noise=True, classes=None, random_state=None, verbose=0):
+                 link="probit", learn_noise=True, classes=None, n_draws=200, random_state=None,
+                 verbose=0):
         self.kernel = kernel
         self.theta = theta
         self.theta_grid = theta_grid
@@ -552,6 +583,7 @@ class ISBOR(_SparseBayesOrdinal):
         self.link = link
         self.learn_noise = learn_noise
         self.classes = classes
+        self.n_draws = n_draws
         self.random_state = random_state
         self.verbose = verbose
 
@@ -582,7 +614,8 @@ class SBOR(_SparseBayesOrdinal):
     def __init__(self, kernel="rbf", theta="auto", theta_grid="scale", theta_selection="cv",
                  cv=5, cv_scoring="log_loss", selection_max_samples=1000, degree=2, max_iter=300,
                  min_delta=1e-2, n_centres=None, centre_selection="random", block_size=256, cache_bytes=2**30,
-                 link="probit", learn_noise=True, classes=None, random_state=None, verbose=0):
+                 link="probit", learn_noise=True, classes=None, n_draws=200, random_state=None,
+                 verbose=0):
         self.kernel = kernel
         self.theta = theta
         self.theta_grid = theta_grid
@@ -600,6 +633,7 @@ class SBOR(_SparseBayesOrdinal):
         self.link = link
         self.learn_noise = learn_noise
         self.classes = classes
+        self.n_draws = n_draws
         self.random_state = random_state
         self.verbose = verbose
 
