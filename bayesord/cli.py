@@ -687,17 +687,23 @@ def _parser():
                         "(evidence, the default) or thresholds fitted with w for the fixed "
                         "--alpha (joint)")
     f.add_argument("--alpha", type=float,
-                   help="probit: prior precision of w: the fixed value with --thresholds joint "
-                        "(0 is maximum likelihood), the starting value with evidence (default: 1)")
+                   help="probit: prior precision of the standardised coefficients: the fixed "
+                        "value with --thresholds joint (0 is maximum likelihood), the starting "
+                        "value with evidence (default: 1); a formula model with --nominal or "
+                        "--scale (CumulativeLinkModel): the strength of its lasso penalty on them, "
+                        "per row of the mean log-likelihood (default: 0, maximum likelihood; "
+                        "--param l1_ratio=0 makes it a ridge penalty, the same as a prior "
+                        "precision of n times alpha)")
     f.add_argument("--prior", choices=["gaussian", "ard"],
                    help="probit: one precision for all weights (default) or one per feature (ARD)")
     f.add_argument("--kernel",
                    help="models with a kernel: isbor/sbor rbf (default), linear, poly; cusum "
                         "linear (default), rbf, poly; swapped-pairs linear (default), rbf; "
-                        "redsvm/tor linear (default), perceptron, rbf. RBF kernels compare raw "
-                        "values: put the features on comparable scales")
+                        "redsvm/tor linear (default), perceptron, rbf. RBF kernels compare the "
+                        "standardised columns (see --no-standardize)")
     f.add_argument("--theta", help="isbor/sbor: kernel width, a positive number or 'auto' "
-                                   "(default: chosen from 0.01, 0.1, 1, 10)")
+                                   "(default: auto, chosen from (0.1, 0.3, 1, 3) / d, d the number of "
+                                   "non-constant columns)")
     f.add_argument("--theta-selection", choices=["evidence", "loo", "cv"],
                    help="isbor/sbor: how --theta auto chooses: 5-fold CV on the held-out log "
                         "probability (default), the Laplace evidence (the paper's rule, about "
