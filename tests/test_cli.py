@@ -151,6 +151,17 @@ def test_predict_takes_raw_text_columns_for_a_formula_model(tmp_path, datasets_d
     np.testing.assert_allclose(got[[f"P({c})" for c in model.classes_]].to_numpy(), model.predict_proba(new),
                                atol=1e-12)
     np.testing.assert_array_equal(got["prediction"], model.predict(new))
+    # Fitted and calibrated by cross-fitting from the command line: sets for known and new judges.
+    wine.to_csv(tmp_path / "wine.csv", index=False)
+    assert main(["fit", str(tmp_path / "wine.csv"), "--formula", "rating ~ temp + contact + (1 | judge)",
+                 "--link", "logit", "--calibrate", "3", "--out", str(tmp_path / "cli.npz"), "--quiet"]) == 0
+    assert main(["predict", str(tmp_path / "cli.npz"), str(tmp_path / "new.csv"), "--target", "rating",
+                 "--set", "0.2", "--out", str(out), "--force"]) == 0
+    got = pd.read_csv(out)
+    model.calibrate(wine, wine["rating"], cv=3)
+    lower, upper = model.predict_set(new, 0.2)
+    np.testing.assert_array_equal(got["set lower (alpha=0.2)"], lower)
+    np.testing.assert_array_equal(got["set upper (alpha=0.2)"], upper)
 
 
 def test_fit_from_a_formula_on_raw_text_columns(tmp_path, datasets_dir, capsys):

@@ -524,3 +524,58 @@ def test_probit_from_formula_matches_statsmodels(datasets_dir, tmp_path):
     # A refit with arrays forgets the formula's coding.
     model.fit(X, wine.rating)
     assert model.predict(X[:2]).shape == (2,)
+
+
+def _grouped_parts():
+    X, y, g = _simulate(n_groups=8, per_group=30, seed=3)
+    slot = np.tile(np.arange(30), 8)
+    return X, y, g, slot < 18, (slot >= 18) & (slot < 26), slot >= 26
+
+
+def test_prediction_sets_for_known_and_new_groups():
+    """Split conformal sets with groups: the calibration scores are the fitted model's,
+    computed here from its probabilities; sets hold the prediction, for known and new groups."""
+    from bayesord.uncertainty import conformity_scores
+
+    X, y, g, train, cal, test = _grouped_parts()
+    model = OrdinalMixed().fit(X[train], y[train], g[train])
+    model.calibrate(X[cal], y[cal], g[cal])
+    proba = model.predict_proba(X[cal], g[cal])
+    ref = conformity_scores(proba, model.predict(X[cal], g[cal]), "aps")[np.arange(cal.sum()), y[cal]]
+    np.testing.assert_allclose(model.conformal_.scores, ref, atol=1e-12)
+    new_groups = np.where(np.arange(test.sum()) % 2 == 0, g[test], 100 + g[test])  # half unseen
+    lower, upper = model.predict_set(X[test], 0.2, new_groups)
+    point = model.predict(X[test], new_groups)
+    assert np.all((lower <= point) & (point <= upper))
+    with pytest.raises(TypeError, match="need each row's group"):
+        model.calibrate(X[cal], y[cal])
+
+
+@pytest.mark.slow
+def test_cross_conformal_sets_refit_with_groups_and_formulas(tmp_path):
+    """Cross-conformal calibration: each fold's rows scored by a model fitted on the other
+    folds (refitted here on those rows alone, not at weight zero); a formula model reads its
+    group column and saves its calibration."""
+    from bayesord.uncertainty import conformity_scores
+    from bayesord.estimators._uncertainty import fold_indices
+
+    X, y, g, rows, _, test = _grouped_parts()
+    model = OrdinalMixed().fit(X[rows], y[rows], g[rows])
+    model.calibrate(X[rows], y[rows], g[rows], cv=3, random_state=0)
+    expected = np.empty(rows.sum())
+    for fit_rows, held in fold_indices(y[rows], 3, 0):
+        fold = OrdinalMixed().fit(X[rows][fit_rows], y[rows][fit_rows], g[rows][fit_rows])
+        p = fold.predict_proba(X[rows][held], g[rows][held])
+        expected[held] = conformity_scores(p, fold.predict(X[rows][held], g[rows][held]), "aps")[
+            np.arange(held.size), y[rows][held]]
+    np.testing.assert_allclose(model.conformal_.scores, expected, atol=1e-6)
+
+    # The same from a formula: the group column of the DataFrame, and a saved calibration.
+    frame = pd.DataFrame(X, columns=["a", "b"]).assign(y=y, g=g)
+    formula = OrdinalMixed.from_formula("y ~ a + b + (1 | g)", frame[rows])
+    formula.calibrate(frame[rows], y[rows], cv=3, random_state=0)
+    np.testing.assert_allclose(formula.conformal_.scores, model.conformal_.scores, atol=1e-9)
+    formula.save(tmp_path / "m.npz")
+    loaded = load_model(tmp_path / "m.npz")
+    for a, b in zip(loaded.predict_set(frame[test], [0.1, 0.3]), formula.predict_set(frame[test], [0.1, 0.3])):
+        np.testing.assert_array_equal(a, b)

@@ -6,6 +6,7 @@ import dataclasses
 
 import jax
 import numpy as np
+from sklearn.base import clone
 
 from .._compile_cache import program_for_rows
 from .._mixed import (
@@ -36,6 +37,7 @@ from ._base import (
     threshold_names,
 )
 from ._formula import check_formula_data, design_matrix, split_formula
+from ._uncertainty import UncertaintyMixin
 
 __all__ = ["OrdinalMixed"]
 
@@ -60,7 +62,24 @@ def _labels_of_groups(groups, n, what="groups"):
     return arr
 
 
-class OrdinalMixed(SavableMixin, OrdinalEstimator):
+class _GroupedRows:
+    """Rows of ``X`` with their group labels (None: a formula model's group column), carried
+    as one object through :class:`UncertaintyMixin`'s calibration and prediction sets."""
+
+    def __init__(self, X, groups):
+        self.X = X
+        self.groups = None if groups is None else _labels_of_groups(groups, np.shape(X)[0])
+
+    @property
+    def shape(self):
+        return np.shape(self.X)
+
+    def __getitem__(self, rows):
+        X = self.X.iloc[rows] if hasattr(self.X, "iloc") else self.X[rows]
+        return _GroupedRows(X, None if self.groups is None else self.groups[rows])
+
+
+class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
     """Ordinal regression with a random intercept per group (a cumulative link mixed model).
 
     ``P(y <= k | group j) = F(b_k - x^T beta - u_j)``, ``u_j ~ N(0, tau^2)``, with the
@@ -74,6 +93,8 @@ class OrdinalMixed(SavableMixin, OrdinalEstimator):
     Fit with arrays (``fit(X, y, groups)``) or with a formula
     (:meth:`from_formula`, ``"rating ~ temp + contact + (1 | judge)"``).  One grouping factor
     with a random intercept is supported; random slopes and several factors are not yet.
+    Conformal prediction sets (:meth:`calibrate`, :meth:`predict_set`) take each row's group
+    as the predictions do.
     A group with one row is allowed: its effect is then mostly the prior's (shrunk to 0).
 
     Args:
@@ -228,8 +249,10 @@ class OrdinalMixed(SavableMixin, OrdinalEstimator):
         self.thresholds_cov_ = res.cov[d:-1, d:-1]
 
     # --------------------------------------------------------------- prediction
-    def _inputs(self, X, groups):
-        """(X, group codes) for prediction: codes -1 for groups not seen in fitting."""
+    def _group_labels(self, X, groups):
+        """``groups``, or for a formula model given None, the formula's group column of ``X``."""
+        if isinstance(X, _GroupedRows):
+            X, groups = X.X, X.groups if groups is None else groups
         if groups is None:
             if getattr(self, "_spec", None) is None:
                 raise TypeError("predictions need each row's group: pass groups= (a label the fit has "
@@ -239,6 +262,11 @@ class OrdinalMixed(SavableMixin, OrdinalEstimator):
                     raise ValueError(f"the data have no column {self.group_name_!r} (the formula's "
                                      "group); add it, or pass groups=")
                 groups = X[self.group_name_]
+        return X, groups
+
+    def _inputs(self, X, groups):
+        """(X, group codes) for prediction: codes -1 for groups not seen in fitting."""
+        X, groups = self._group_labels(X, groups)
         X = self._validate_predict(X)
         labels = _labels_of_groups(groups, X.shape[0])
         index = {level: j for j, level in enumerate(self.groups_.tolist())}
@@ -283,6 +311,37 @@ class OrdinalMixed(SavableMixin, OrdinalEstimator):
         draws = sample_class_probs_mixed(self._result(), X, codes, draws_key(self.random_state),
                                          n_draws=int(self.n_draws))
         return bands_from_draws(draws[:, :n], level)
+
+    def predict_expected(self, X, groups=None):
+        """Expected label ``sum_k P(y=k) c_k`` (class values, or positions 1..K for text labels)."""
+        return super().predict_expected(_GroupedRows(X, groups))
+
+    # ------------------------------------------------------------ prediction sets
+    def calibrate(self, X, y, groups=None, *, cv=None, score="aps", random_state=None):
+        """Calibrate the conformal sets of :meth:`predict_set` on labelled rows and their groups.
+
+        As :meth:`bayesord.OrdinalProbit.calibrate` (split conformal with ``cv=None`` on rows
+        the model was not fitted on; cross-conformal over ``cv`` folds of the training rows),
+        with each row's group as for :meth:`predict_proba` (a formula model reads its group
+        column).  The folds split rows, not groups: a held-out row's group keeps the effect
+        estimated from its other rows, as a new row of a known group would.
+
+        Returns:
+            self.
+        """
+        return super().calibrate(_GroupedRows(X, groups), y, cv=cv, score=score, random_state=random_state)
+
+    def predict_set(self, X, alpha=0.1, groups=None, *, method="conformal", mondrian=False):
+        """Contiguous prediction sets ``[lower, upper]`` of labels for rows of known or new
+        groups; see :meth:`bayesord.OrdinalProbit.predict_set`."""
+        return super().predict_set(_GroupedRows(X, groups), alpha, method=method, mondrian=mondrian)
+
+    def _copy_rows(self, X):
+        X, groups = self._group_labels(X, None)
+        return _GroupedRows(super()._copy_rows(X), groups)
+
+    def _fit_copy(self, X, labels, sample_weight):
+        return clone(self).fit(X.X, labels, X.groups, sample_weight=sample_weight, classes=self.classes_)
 
     def score(self, X, y, groups=None, sample_weight=None):
         """Negative mean absolute error in class positions (higher is better)."""
@@ -366,12 +425,6 @@ class OrdinalMixed(SavableMixin, OrdinalEstimator):
         config = self.result_.config
         return arrays, {"config": {"n_groups": config.n_groups, "max_newton": config.max_newton,
                                    "max_inner": config.max_inner}}
-
-    def _uncertainty_state(self):
-        return {}, {}  # no conformal calibration is kept (calibrate/predict_set need groups)
-
-    def _restore_uncertainty(self, arrays, meta):
-        pass
 
     def _restore(self, arrays, meta):
         d, k = int(self.n_features_in_), len(self.classes_)

@@ -132,20 +132,15 @@ class UncertaintyMixin:
         kept = never_held_out(folds, n)
         parts = [(kept, self._calibration_values(_rows(X, kept)), self._predicted_codes(_rows(X, kept)))
                  ] if kept.size else []
-        if getattr(self, "_spec", None) is not None:
-            # The copies fit the columns a formula-fitted model was fitted on: the coded ones.
-            X = formula_rows(self._spec, X)
-        if getattr(self, "input_center_", None) is not None:
-            # The copies fit what this model was fitted on: the standardised columns.
-            X = (np.asarray(X, dtype=np.float64) - self.input_center_) / self.input_scale_
+        X = self._copy_rows(X)
         for train, test in folds:
             with internal_fits():
                 if self._zero_weight_drops_row:
                     weights = np.zeros(n)
                     weights[train] = 1.0
-                    model = clone(self).fit(X, labels, sample_weight=weights, classes=self.classes_)
+                    model = self._fit_copy(X, labels, weights)
                 else:
-                    model = clone(self).fit(_rows(X, train), labels[train], classes=self.classes_)
+                    model = self._fit_copy(_rows(X, train), labels[train], None)
             parts.append((test, model._calibration_values(_rows(X, test)), model._predicted_codes(_rows(X, test))))
         values = np.empty((n,) + parts[-1][1].shape[1:])
         anchor = np.empty(n, dtype=np.int64)
@@ -153,6 +148,19 @@ class UncertaintyMixin:
             values[rows] = part_values
             anchor[rows] = part_anchor
         return values, anchor
+
+    def _copy_rows(self, X):
+        """The rows as the cross-fitting copies take them: the columns this model was fitted
+        on (a formula's coded columns, the command line's standardised ones)."""
+        if getattr(self, "_spec", None) is not None:
+            X = formula_rows(self._spec, X)
+        if getattr(self, "input_center_", None) is not None:
+            X = (np.asarray(X, dtype=np.float64) - self.input_center_) / self.input_scale_
+        return X
+
+    def _fit_copy(self, X, labels, sample_weight):
+        """A clone of this estimator fitted on rows of :meth:`_copy_rows`."""
+        return clone(self).fit(X, labels, sample_weight=sample_weight, classes=self.classes_)
 
     def calibrate(self, X, y, *, cv=None, score="aps", random_state=None):
         """Calibrate the conformal prediction sets of :meth:`predict_set` on labelled rows.
