@@ -62,10 +62,10 @@ def write_json(name, payload):
 def rescale(Xtr, Xte, how="standard"):
     """Features scaled with the training part's statistics: ``"standard"`` (mean and sd)
     or ``"minmax"`` (onto [0, 1] over the training range); constant features unchanged in
-    spread."""
+    spread (a constant column's computed sd can be rounding residue, ~1e-17, not 0)."""
     if how == "standard":
         lo, width = Xtr.mean(0), Xtr.std(0)
     else:
         lo, width = Xtr.min(0), np.ptp(Xtr, axis=0)
-    width = np.where(width > 0, width, 1.0)
+    width = np.where(np.ptp(Xtr, axis=0) > 0, width, 1.0)
     return (Xtr - lo) / width, (Xte - lo) / width

@@ -179,9 +179,12 @@ def test_isbor_kernel_fit_is_the_same_on_raw_and_standardised_columns():
     Z[30:] = Z[:30] + 0.01 * rng.normal(size=(30, 15))
     y = np.digitize(Z[:, :3].sum(1) + rng.normal(size=60), [-1.0, 0.0, 1.0])
     X = Z * rng.choice([1e-2, 1.0, 1e2], 15) + rng.choice([0.0, 1e3, -5e2], 15)
-    S = (X - X.mean(0)) / X.std(0)
+    X[:, 0] = 0.1  # a constant column: its rounded mean must not leave a column of residue
+    sd = np.where(np.ptp(X, axis=0) > 0, X.std(0), 1.0)
+    S = (X - X.mean(0)) / sd
     X_new = rng.normal(size=(20, 15)) * X.std(0) + X.mean(0)
-    S_new = (X_new - X.mean(0)) / X.std(0)
+    X_new[:, 0] = 0.1
+    S_new = (X_new - X.mean(0)) / sd
     with jax.enable_x64(False):
         raw, std = (ISBOR(theta=0.1, random_state=0).fit(A, y) for A in (X, S))
         np.testing.assert_array_equal(raw.relevance_indices_, std.relevance_indices_)
