@@ -168,6 +168,7 @@ def test_ml_fit_names_columns_that_one_hot_coding_made_dependent():
         OrdinalProbit(thresholds="joint", alpha=0.0).fit(frame.drop(columns="blue"), Y0)
 
 
+@pytest.mark.slow  # float32 programs of their own: about 15 s of compiling
 def test_isbor_kernel_fit_is_the_same_on_raw_and_standardised_columns():
     # Half the rows repeat the other half up to 1% noise, so the greedy selection meets
     # near-ties.  In float32 (the default) the two versions of the data reach the fit as the
