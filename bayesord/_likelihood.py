@@ -180,28 +180,52 @@ def _standardise(f, y, b, sigma):
     return (b_hi - f) / sigma, (b_lo - f) / sigma, lo_inf, hi_inf
 
 
-def _logp_from_uv(u, v, lo_inf, hi_inf, link):
-    """``log(F(u) - F(v))`` with ``v = -inf`` (``lo_inf``) or ``u = +inf`` (``hi_inf``) allowed.
+def _tails(u, v, lo_inf, hi_inf, link):
+    """The two tail evaluations behind ``log(F(u) - F(v))`` (``v = -inf`` where ``lo_inf``,
+    ``u = +inf`` where ``hi_inf``).
 
-    One formula for all classes, :func:`log_interval`'s: ``log T(a) + log1mexp(log T(c) -
-    log T(a))`` with ``(T, a, c) = (F, u, v)`` or, reflected, ``(1 - F, v, u)``; an infinite
-    ``c`` drops the second term.  Two tail evaluations per sample.
+    One formula for all classes, :func:`log_interval`'s: ``log P = log T(a) + log1mexp(log
+    T(c) - log T(a))`` with ``(T, a, c) = (F, u, v)`` or, reflected, ``(1 - F, v, u)``; an
+    infinite ``c`` drops the second term.
+
+    Returns:
+        (reflect, a, c, c_inf, log T(a), log T(c)).
     """
     reflect = hi_inf | (~lo_inf & (v > 0))
     a = jnp.where(reflect, v, u)
     c = jnp.where(reflect, u, v)
     c_inf = lo_inf | hi_inf
-    la = _log_tail(a, reflect, link)
-    lc = _log_tail(jnp.where(c_inf, jnp.where(reflect, a + 1.0, a - 1.0), c), reflect, link)
-    return la + jnp.where(c_inf, 0.0, log1mexp(lc - la))
+    c = jnp.where(c_inf, jnp.where(reflect, a + 1.0, a - 1.0), c)
+    return reflect, a, c, c_inf, _log_tail(a, reflect, link), _log_tail(c, reflect, link)
+
+
+def _log_hazard(z, upper, log_tail, link):
+    """``log(f(z) / T(z))`` for the tail ``T`` (``1 - F`` where ``upper``) whose log is ``log_tail``."""
+    spec = get_link(link)
+    if spec.log_hazard is None:
+        return spec.log_pdf(z) - log_tail
+    return spec.log_hazard(z, upper, log_tail)
+
+
+def _curvature(u, v, lam_u, lam_v, link):
+    """``(g(u) - lam_u, g(v) + lam_v)`` with ``g = f'/f`` (see :class:`bayesord._links.Link`)."""
+    spec = get_link(link)
+    if spec.curvature is None:
+        return _dlog_pdf(u, link) - lam_u, _dlog_pdf(v, link) + lam_v
+    return spec.curvature(u, v, lam_u, lam_v)
 
 
 @partial(jax.custom_jvp, nondiff_argnums=(4,))
 def _ratios_uv(u, v, lo_inf, hi_inf, link):
-    logp = _logp_from_uv(u, v, lo_inf, hi_inf, link)
-    lam_u = jnp.where(hi_inf, 0.0, jnp.exp(log_pdf(u, link) - logp))
-    lam_v = jnp.where(lo_inf, 0.0, jnp.exp(log_pdf(v, link) - logp))
-    return logp, lam_u, lam_v
+    # f/P at each end as a hazard f/T times T/P: T(a)/P = 1/D and T(c)/P = exp(lc - la)/D
+    # with D = P/T(a), so no end's density is divided by a probability of another size.
+    reflect, a, c, c_inf, la, lc = _tails(u, v, lo_inf, hi_inf, link)
+    log_d = jnp.where(c_inf, 0.0, log1mexp(lc - la))
+    lam_a = jnp.exp(_log_hazard(a, reflect, la, link) - log_d)
+    lam_c = jnp.where(c_inf, 0.0, jnp.exp(_log_hazard(c, reflect, lc, link) + lc - la - log_d))
+    lam_u = jnp.where(hi_inf, 0.0, jnp.where(reflect, lam_c, lam_a))
+    lam_v = jnp.where(lo_inf, 0.0, jnp.where(reflect, lam_a, lam_c))
+    return la + log_d, lam_u, lam_v
 
 
 @_ratios_uv.defjvp
@@ -211,9 +235,10 @@ def _ratios_uv_jvp(link, primals, tangents):
     u, v, lo_inf, hi_inf = primals
     du, dv = tangents[0], tangents[1]
     logp, lam_u, lam_v = _ratios_uv(u, v, lo_inf, hi_inf, link)
+    curv_u, curv_v = _curvature(u, v, lam_u, lam_v, link)
     dlogp = lam_u * du - lam_v * dv
-    dlam_u = lam_u * (_dlog_pdf(u, link) * du - dlogp)
-    dlam_v = lam_v * (_dlog_pdf(v, link) * dv - dlogp)
+    dlam_u = lam_u * (curv_u * du + lam_v * dv)
+    dlam_v = lam_v * (curv_v * dv - lam_u * du)
     return (logp, lam_u, lam_v), (dlogp, dlam_u, dlam_v)
 
 
@@ -233,9 +258,9 @@ def ordinal_ratios(f, y, b, sigma, link: str = "probit"):
 def terms_from_ratios(f, y, b, sigma, logp, lam_u, lam_v, link: str = "probit") -> OrdinalTerms:
     """:class:`OrdinalTerms` from :func:`ordinal_ratios` evaluated at the same ``(f, b, sigma)``."""
     u, v, _, _ = _standardise(f, y, b, sigma)
-    g_u, g_v = _dlog_pdf(u, link), _dlog_pdf(v, link)
-    p_uu = lam_u * g_u - lam_u * lam_u
-    p_vv = -lam_v * g_v - lam_v * lam_v
+    curv_u, curv_v = _curvature(u, v, lam_u, lam_v, link)
+    p_uu = lam_u * curv_u
+    p_vv = -lam_v * curv_v
     p_uv = lam_u * lam_v
     s2 = sigma * sigma
     return OrdinalTerms(
@@ -243,7 +268,7 @@ def terms_from_ratios(f, y, b, sigma, logp, lam_u, lam_v, link: str = "probit") 
         d_f=-(lam_u - lam_v) / sigma,
         d_lo=-lam_v / sigma,
         d_hi=lam_u / sigma,
-        d_ff=-((lam_u - lam_v) ** 2 - g_u * lam_u + g_v * lam_v) / s2,
+        d_ff=(p_uu + p_vv + 2.0 * p_uv) / s2,
         d_flo=-(p_uv + p_vv) / s2,
         d_fhi=-(p_uu + p_uv) / s2,
         d_lolo=p_vv / s2,
