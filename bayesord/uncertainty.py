@@ -28,6 +28,12 @@ The scores here are built so that this set is an interval around the anchor:
   between the ``1 - q`` and ``q`` quantiles of the predictive distribution, an interval
   in the spirit of the cumulative (CDF) scores of Xu, Guo & Wei (2023).  The anchor is added
   by taking the hull (which only enlarges a set).
+* ``"distance"``, for a model that predicts by thresholds ``t_1 <= ... <= t_{K-1}`` on one
+  score ``f(x)`` (RED-SVM, TOR, the swapped-pairs SVM): ``s(x, y)`` is the distance from
+  ``f(x)`` to class ``y``'s interval ``[t_{y-1}, t_y]`` (0 inside it; ``t_0 = -inf``,
+  ``t_K = inf``).  The set ``s <= q`` is every class whose interval meets ``[f - q, f + q]``:
+  an interval of classes around the prediction by construction, with no probabilities
+  needed.  The score is in the units of ``f``, so it is not comparable across models.
 
 Mondrian (class-conditional) sets use one quantile per class, from the calibration rows of
 that class (Vovk et al. 2005, Ch. 4.5): each class is tested against its own quantile and
@@ -51,10 +57,11 @@ __all__ = [
     "conformal_quantile",
     "conformity_scores",
     "credible_windows",
+    "distance_scores",
     "sets_from_scores",
 ]
 
-SCORES = ("aps", "cdf")
+SCORES = ("aps", "cdf", "distance")
 
 
 def check_alpha(alpha) -> np.ndarray:
@@ -136,7 +143,8 @@ def conformity_scores(proba, anchor, score="aps") -> np.ndarray:
     Args:
         proba: (n, K) class probabilities, rows summing to 1.
         anchor: (n,) class codes of the point predictions.
-        score: ``"aps"`` or ``"cdf"`` (see the module docstring).
+        score: ``"aps"`` or ``"cdf"`` (see the module docstring; ``"distance"`` scores a
+            threshold model's decision values: :func:`distance_scores`).
     """
     proba = np.asarray(proba, dtype=np.float64)
     anchor = np.asarray(anchor, dtype=np.int64)
@@ -144,7 +152,22 @@ def conformity_scores(proba, anchor, score="aps") -> np.ndarray:
         return _aps_matrix(proba, anchor)
     if score == "cdf":
         return _cdf_matrix(proba)
-    raise ValueError(f"score must be one of {SCORES}, got {score!r}")
+    raise ValueError(f"score must be 'aps' or 'cdf' for probabilities, got {score!r}")
+
+
+def distance_scores(decision, thresholds) -> np.ndarray:
+    """``"distance"`` scores of every class, (n, K): how far each row's score lies outside
+    the class's threshold interval (see the module docstring).
+
+    Args:
+        decision: (n,) scores ``f(x)`` of a threshold model.
+        thresholds: (K-1,) its thresholds, increasing.
+    """
+    f = np.asarray(decision, dtype=np.float64).reshape(-1, 1)
+    t = np.asarray(thresholds, dtype=np.float64)
+    lower = np.concatenate([[-np.inf], t])[None, :]
+    upper = np.concatenate([t, [np.inf]])[None, :]
+    return np.maximum(np.maximum(lower - f, f - upper), 0.0)
 
 
 def sets_from_scores(score_matrix, q, anchor):

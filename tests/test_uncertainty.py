@@ -313,3 +313,45 @@ def test_a_class_with_one_row_gets_a_finite_score_in_every_calibration(cv):
     est = _fit(CuSumRank(random_state=0), rows=rows if cv else TRAIN)
     est.calibrate(X_STD[rows], Y_ALL[rows], cv=cv, random_state=0)
     assert np.all(np.isfinite(est.conformal_.scores)) and np.all(est.conformal_.scores <= 1 + 1e-9)
+
+
+@pytest.mark.parametrize("est", [pytest.param(RedSVM(), id="RedSVM"),
+                                 pytest.param(SwappedPairsSVM(), id="SwappedPairsSVM", marks=pytest.mark.slow)])
+def test_distance_scores_calibrate_threshold_models_without_probabilities(est, tmp_path):
+    """score="distance": each calibration row's score is how far its decision value lies
+    outside its class's threshold interval (computed here from decision_function and
+    thresholds_); the sets are the classes within the conformal quantile of it, and they
+    cover held-out rows in the guaranteed band."""
+    est = _fit(est)
+    est.calibrate(X_STD[CAL], Y_ALL[CAL], score="distance")
+    f, t = est.decision_function(X_STD[CAL]), est.thresholds_
+    k = np.searchsorted(est.classes_, Y_ALL[CAL])
+    lo = np.r_[-np.inf, t][k]
+    hi = np.r_[t, np.inf][k]
+    np.testing.assert_allclose(est.conformal_.scores, np.maximum(np.maximum(lo - f, f - hi), 0.0), atol=1e-12)
+    assert not hasattr(est, "predict_proba")  # no probability layer was needed
+    alphas = np.array([0.05, 0.1, 0.2])
+    lower, upper = _check_sets(est, X_STD[TEST], alphas)
+    # By hand: the classes whose interval meets [f - q, f + q], q the ceil((n+1)(1-a))-th score.
+    q = np.sort(est.conformal_.scores)[np.ceil((len(CAL) + 1) * (1 - alphas)).astype(int) - 1]
+    ft = est.decision_function(X_STD[TEST])
+    pred = np.searchsorted(est.classes_, est.predict(X_STD[TEST]))
+    for j, qj in enumerate(q):
+        meets = (np.r_[-np.inf, t][None, :] <= ft[:, None] + qj) & (ft[:, None] - qj <= np.r_[t, np.inf][None, :])
+        meets[np.arange(len(ft)), pred] = True
+        first, last = meets.argmax(axis=1), K - 1 - meets[:, ::-1].argmax(axis=1)
+        np.testing.assert_array_equal(np.searchsorted(est.classes_, lower[:, j]), first)
+        np.testing.assert_array_equal(np.searchsorted(est.classes_, upper[:, j]), last)
+    coverage = _covered(lower, upper, Y_ALL[TEST]).mean(axis=0)
+    sd = np.sqrt(alphas * (1 - alphas) / (len(CAL) + 2) + alphas * (1 - alphas) / len(TEST))
+    assert np.all(coverage >= 1 - alphas - 3 * sd), coverage
+    assert np.all(coverage <= 1 - alphas + 1 / (len(CAL) + 1) + 3 * sd), coverage
+    est.save(tmp_path / "m.npz")
+    back = load_model(tmp_path / "m.npz")
+    for a, b in zip(back.predict_set(X_STD[TEST], alphas), (lower, upper)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_distance_scores_need_a_threshold_model():
+    with pytest.raises(ValueError, match="predicts by thresholds on one score"):
+        _fit(CuSumRank(random_state=0)).calibrate(X_STD[CAL], Y_ALL[CAL], score="distance")

@@ -86,6 +86,7 @@ class SwappedPairsSVM(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
     _format = "bayesord.SwappedPairsSVM/1"
     _state_types = (RankPairsResult,)
     _accept_sparse = True
+    _threshold_scores = True  # calibrate(score="distance")
     # Offsets cancel: the loss sees only differences of scores (f_i - f_j = w.(x_i - x_j)),
     # and the Gaussian kernel only differences of rows; scales still matter.
     _offset_sensitive = False

@@ -45,6 +45,7 @@ def _check_positive(value, name):
 class _RedSVMBase(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
     _accept_sparse = True
     _offset_sensitive = True
+    _threshold_scores = True  # calibrate(score="distance")
     _state_types = (KernelMap,)
 
     def _check_params(self):

@@ -21,6 +21,7 @@ from ..uncertainty import (
     conformal_quantile,
     conformity_scores,
     credible_windows,
+    distance_scores,
     sets_from_scores,
 )
 from .._splits import kfold_indices
@@ -90,6 +91,9 @@ class UncertaintyMixin:
     # cross-fitting copies keep every row (at weight zero off their fold), so all of them
     # have the shape of the calibration rows and compile once.
     _zero_weight_drops_row = False
+    # Whether the model predicts by thresholds_ on one decision_function score, so that
+    # calibrate(score="distance") applies.
+    _threshold_scores = False
 
     def predict_cumproba(self, X):
         """Cumulative probabilities ``P(y <= classes_[k])`` for k < K-1, shape (n, K-1)
@@ -117,20 +121,29 @@ class UncertaintyMixin:
         """Class probabilities of the calibration rows from their :meth:`_calibration_values`."""
         return values
 
-    def _held_out_values(self, X, codes, cv, random_state):
-        """(values, anchor) of the calibration rows from models that did not train on them.
+    def _distance_matrix(self, X):
+        """``"distance"`` scores of every class, (n, K) (:func:`bayesord.uncertainty.distance_scores`)."""
+        return distance_scores(self.decision_function(X), self.thresholds_)
+
+    def _held_out_values(self, X, codes, cv, random_state, score="aps"):
+        """(values, anchor) of the calibration rows from models that did not train on them:
+        :meth:`_calibration_values`, or the score matrix for ``score="distance"`` (each
+        model's own thresholds).
 
         Split (``cv == 0``): the fitted model itself.  Cross-fitting: one clone per fold,
         fitted on the other folds, predicts its held-out fold; a class's only row, which no
         fold holds out (:func:`fold_indices`), is scored by the fitted model.
         """
+        def values_of(model, rows):
+            return model._distance_matrix(rows) if score == "distance" else model._calibration_values(rows)
+
         if cv == 0:
-            return self._calibration_values(X), self._predicted_codes(X)
+            return values_of(self, X), self._predicted_codes(X)
         n = codes.shape[0]
         labels = np.asarray(self.classes_)[codes]
         folds = fold_indices(codes, cv, random_state)
         kept = never_held_out(folds, n)
-        parts = [(kept, self._calibration_values(_rows(X, kept)), self._predicted_codes(_rows(X, kept)))
+        parts = [(kept, values_of(self, _rows(X, kept)), self._predicted_codes(_rows(X, kept)))
                  ] if kept.size else []
         X = self._copy_rows(X)
         for train, test in folds:
@@ -141,7 +154,7 @@ class UncertaintyMixin:
                     model = self._fit_copy(X, labels, weights)
                 else:
                     model = self._fit_copy(_rows(X, train), labels[train], None)
-            parts.append((test, model._calibration_values(_rows(X, test)), model._predicted_codes(_rows(X, test))))
+            parts.append((test, values_of(model, _rows(X, test)), model._predicted_codes(_rows(X, test))))
         values = np.empty((n,) + parts[-1][1].shape[1:])
         anchor = np.empty(n, dtype=np.int64)
         for rows, part_values, part_anchor in parts:
@@ -177,14 +190,17 @@ class UncertaintyMixin:
           worst case, close to ``1 - alpha`` in practice: ``docs/uncertainty.md``).
 
         Margin models (no probabilities of their own) fit their probability layer here as
-        well (see ``predict_proba``).  A later ``fit`` discards the calibration.
+        well (see ``predict_proba``), except with ``score="distance"``, which needs none.  A
+        later ``fit`` discards the calibration.
 
         Args:
             X: (n_cal, d) features, as for ``predict``.
             y: (n_cal,) labels from ``classes_``.
             cv: None (held-out rows) or the number of folds.
-            score: ``"aps"`` (ordinal adaptive prediction sets, the default) or ``"cdf"``
-                (two-sided cumulative score).
+            score: ``"aps"`` (ordinal adaptive prediction sets, the default), ``"cdf"``
+                (two-sided cumulative score) or, for a model that predicts by thresholds on
+                one score (RedSVM, TransductiveOrdinalRegression, SwappedPairsSVM),
+                ``"distance"`` (from the score to each class's threshold interval).
             random_state: seed (int) of the folds and of the probability layer's draws.
 
         Returns:
@@ -201,6 +217,10 @@ class UncertaintyMixin:
             raise TypeError(f"random_state must be an int or None, got {type(random_state).__name__}")
         if score not in SCORES:
             raise ValueError(f"score must be one of {SCORES}, got {score!r}")
+        if score == "distance" and not self._threshold_scores:
+            raise ValueError(f"score='distance' needs a model that predicts by thresholds on one "
+                             f"score (RedSVM, TransductiveOrdinalRegression, SwappedPairsSVM); "
+                             f"{type(self).__name__} is not one: use 'aps' or 'cdf'")
         cv = check_cv(cv)
         codes = self._encode_y(y, np.shape(X)[0])
         K = len(self.classes_)
@@ -208,9 +228,10 @@ class UncertaintyMixin:
             raise ValueError(f"{codes.shape[0]} calibration rows for {K} classes: calibrate on at "
                              "least one row per class (a few hundred for alpha = 0.1 sets that are "
                              "not needlessly wide)")
-        values, anchor = self._held_out_values(X, codes, cv, random_state)
-        proba = self._calibration_proba(values, codes, cv, random_state)
-        true_scores = conformity_scores(proba, anchor, score)[np.arange(codes.shape[0]), codes]
+        values, anchor = self._held_out_values(X, codes, cv, random_state, score)
+        if score != "distance":
+            values = conformity_scores(self._calibration_proba(values, codes, cv, random_state), anchor, score)
+        true_scores = values[np.arange(codes.shape[0]), codes]
         self.conformal_ = ConformalCalibration(scores=true_scores, labels=codes, score=score, cv=cv)
         return self
 
@@ -248,10 +269,9 @@ class UncertaintyMixin:
                                  "method='credible'")
         elif method != "credible":
             raise ValueError(f"method must be 'conformal' or 'credible', got {method!r}")
-        proba = self.predict_proba(X)
         anchor = self._predicted_codes(X)
         if method == "credible":
-            lower, upper = credible_windows(proba, anchor, alphas)
+            lower, upper = credible_windows(self.predict_proba(X), anchor, alphas)
         else:
             if mondrian:
                 q = np.empty((alphas.size, len(self.classes_)))
@@ -262,7 +282,9 @@ class UncertaintyMixin:
                     q[:, k] = conformal_quantile(cal.scores[cal.labels == k], alphas)
             else:
                 q = conformal_quantile(cal.scores, alphas)
-            lower, upper = sets_from_scores(conformity_scores(proba, anchor, cal.score), q, anchor)
+            scores = (self._distance_matrix(X) if cal.score == "distance"
+                      else conformity_scores(self.predict_proba(X), anchor, cal.score))
+            lower, upper = sets_from_scores(scores, q, anchor)
         lower, upper = self._decode(lower), self._decode(upper)
         if np.ndim(alpha) == 0:
             return lower[:, 0], upper[:, 0]
