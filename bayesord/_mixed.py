@@ -60,6 +60,7 @@ from ._likelihood import log_class_probs, log_predictive_probs, ordinal_ratios, 
 from ._laplace import maximise_exact
 from ._linalg import safe_cholesky
 from ._links import check_link
+from ._mesh import partitioned
 from ._results import result_type
 from ._status import Status
 from ._thresholds import initial_thresholds, thresholds_from_params, thresholds_jacobian
@@ -257,6 +258,7 @@ def _laplace_loglik(eta, Z, y, groups, weights, v0, rtol, link, q, max_iter):
 
 
 @partial(jax.jit, static_argnames=("config",))
+@partitioned
 def fit_mixed(X, y, groups, weights, rtol, *, config: MixedConfig) -> MixedResult:
     """Fit the random-intercept ordinal model by maximising the Laplace likelihood (1).
 

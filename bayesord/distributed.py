@@ -3,6 +3,7 @@
 Two ways to use more than one device (``docs/scaleout.md`` has the guide):
 
 * **Rows over devices.**  :func:`fit_ordinal_probit` fits :class:`~bayesord.OrdinalProbit`
+  (and :func:`fit_ordinal_mixed` the random-intercept :class:`~bayesord.OrdinalMixed`)
   with its rows sharded over a 1-D mesh: each device holds ``n / devices`` rows, and per
   Newton or evidence step the devices exchange sums of size O(d^2) (the compiled programs'
   collectives are all-reduces of the Hessian, the gradient and a few scalars).  On the same
@@ -32,13 +33,17 @@ from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from ._compile_cache import program_for_rows
+from ._mixed import fit_mixed
 from ._probit import fit_probit
+from ._shapes import bucket_rows
 from ._status import check_status
 from ._validation import check_sample_weight, check_X, encode_labels, float_dtype
-from .estimators import OrdinalProbit
+from .estimators import OrdinalMixed, OrdinalProbit
 from .estimators._base import binary_columns, solver_tol
+from .estimators._mixed import _labels_of_groups
 
-__all__ = ["initialize", "row_mesh", "shard_rows", "fit_ordinal_probit", "map_sharded", "collectives"]
+__all__ = ["initialize", "row_mesh", "shard_rows", "fit_ordinal_probit", "fit_ordinal_mixed", "map_sharded",
+           "collectives"]
 
 COLLECTIVE_OPS = ("all-reduce", "all-gather", "all-to-all", "collective-permute", "reduce-scatter")
 _BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4,
@@ -121,6 +126,14 @@ def shard_rows(mesh: Mesh, X, y, weights=None, *, axis: str = "rows"):
     if y.shape[0] != n or weights.shape[0] != n:
         raise ValueError(f"X, y and weights have different numbers of rows: {n}, {y.shape[0]}, "
                          f"{weights.shape[0]}")
+    return _place_rows(mesh, axis, (X, y), weights)
+
+
+def _place_rows(mesh: Mesh, axis: str, arrays, weights):
+    """:func:`shard_rows` for any per-row ``arrays`` (padded with copies of their first row)
+    and ``weights`` (padded with zeros), all of this process's length: the global arrays,
+    ``arrays`` first and ``weights`` last."""
+    n = weights.shape[0]
     counts = _gather(np.array([n]))[:, 0]
     if np.any(counts == 0):
         raise ValueError(f"processes {np.flatnonzero(counts == 0).tolist()} have no rows; every "
@@ -131,9 +144,8 @@ def shard_rows(mesh: Mesh, X, y, weights=None, *, axis: str = "rows"):
               if d.process_index == jax.process_index()}
     rows = math.ceil(int(counts.max()) / len(shards)) * len(shards)
     pad = rows - n
-    parts = (np.concatenate([X, np.repeat(X[:1], pad, axis=0)]),
-             np.concatenate([y, np.repeat(y[:1], pad)]),
-             np.concatenate([weights, np.zeros(pad, weights.dtype)]))
+    parts = [np.concatenate([a, np.repeat(a[:1], pad, axis=0)]) for a in arrays]
+    parts.append(np.concatenate([weights, np.zeros(pad, weights.dtype)]))
     out = []
     for a in parts:
         spec = PartitionSpec(axis, *([None] * (a.ndim - 1)))
@@ -150,6 +162,29 @@ def _digest(value) -> np.ndarray:
 def _replicated(tree):
     """NumPy copies of a result whose arrays every device holds whole."""
     return jax.tree_util.tree_map(lambda a: np.asarray(a.addressable_data(0)), tree)
+
+
+def _local_rows(name, X, y, classes, sample_weight, params, agree=(), min_features=1):
+    """This process's checked rows, ``(X, names, codes, classes_, weights)``, after checking
+    that every process passed the same ``classes``, parameters, ``agree`` and number of
+    columns and that every class has a row of positive weight somewhere."""
+    if params.get("class_weight") is not None:
+        raise ValueError(f"class_weight is not supported by {name}: its class totals span "
+                         "processes; pass sample_weight instead")
+    X, names = check_X(X, min_features=min_features)
+    codes, classes_ = encode_labels(y, classes, n=X.shape[0])
+    sw = check_sample_weight(sample_weight, X.shape[0])
+    agreed = _gather(np.concatenate([_digest((classes_.tolist(), sorted(params.items()), agree)),
+                                     [X.shape[1]]]))
+    if np.any(agreed != agreed[0]):
+        raise ValueError("processes disagree on classes, parameters or the number of columns; "
+                         "pass the same classes= and parameters, and rows with the same columns, "
+                         "on every process")
+    present = _gather(np.bincount(codes[sw > 0], minlength=len(classes_))).sum(axis=0)
+    if np.any(present == 0):
+        missing = np.asarray(classes_)[present == 0].tolist()
+        raise ValueError(f"classes {missing} have no rows of positive weight on any process")
+    return X, names, codes, classes_, sw
 
 
 def fit_ordinal_probit(X, y, *, classes, sample_weight=None, mesh: Mesh | None = None,
@@ -180,26 +215,11 @@ def fit_ordinal_probit(X, y, *, classes, sample_weight=None, mesh: Mesh | None =
             positive weight on any process, processes that disagree on ``classes``, the
             number of columns or the parameters, or ``class_weight``.
     """
-    if params.get("class_weight") is not None:
-        raise ValueError("class_weight is not supported by fit_ordinal_probit: its class totals "
-                         "span processes; pass sample_weight instead")
     model = OrdinalProbit(classes=classes, **params)
     config = model._config()
     mesh = row_mesh(axis=axis) if mesh is None else mesh
-    X, names = check_X(X)
-    codes, classes_ = encode_labels(y, classes, n=X.shape[0])
-    sw = check_sample_weight(sample_weight, X.shape[0])
+    X, names, codes, classes_, sw = _local_rows("fit_ordinal_probit", X, y, classes, sample_weight, params)
     alpha = model._alpha(X.shape[1])
-    agreed = _gather(np.concatenate([_digest((classes_.tolist(), sorted(params.items()))),
-                                     [X.shape[1]]]))
-    if np.any(agreed != agreed[0]):
-        raise ValueError("processes disagree on classes, parameters or the number of columns; "
-                         "pass the same classes= and parameters, and rows with the same columns, "
-                         "on every process")
-    present = _gather(np.bincount(codes[sw > 0], minlength=len(classes_))).sum(axis=0)
-    if np.any(present == 0):
-        missing = np.asarray(classes_)[present == 0].tolist()
-        raise ValueError(f"classes {missing} have no rows of positive weight on any process")
     dtype = float_dtype()
     Xs, ys, ws = shard_rows(mesh, X.astype(dtype), codes, sw.astype(dtype), axis=axis)
     # Compiled for speed of compilation when each device holds few rows, as the estimator's.
@@ -222,6 +242,65 @@ def fit_ordinal_probit(X, y, *, classes, sample_weight=None, mesh: Mesh | None =
     model.n_iter_ = int(res.n_iter)
     model.converged_ = bool(res.converged)
     return model
+
+
+def fit_ordinal_mixed(X, y, groups, *, classes, group_levels, sample_weight=None,
+                      mesh: Mesh | None = None, axis: str = "rows", **params) -> OrdinalMixed:
+    """Fit :class:`~bayesord.OrdinalMixed` (random intercepts) with its rows sharded over ``mesh``.
+
+    As :func:`fit_ordinal_probit`: every process passes the rows it holds, and all call it
+    together.  A group's rows may lie on several processes.  Per Newton step of the
+    conditional modes the devices exchange sums of size O(q) (one per group), per outer step
+    O(m^2) for the m fixed parameters.  The returned estimator predicts, saves and
+    summarises like ``OrdinalMixed(**params).fit`` on all the rows, and its fit equals that
+    one to the solver's tolerance.
+
+    Args:
+        X: this process's fixed-effect columns, (n_local, d) (d may be 0).
+        y: their labels.
+        groups: their group labels, (n_local,).
+        classes: every label in increasing order.
+        group_levels: every group label, on every process the same list (it fixes each
+            group's position; a process need not hold every group).
+        sample_weight: optional non-negative weights of this process's rows.
+        mesh, axis: as :func:`fit_ordinal_probit`.
+        **params: ``OrdinalMixed``'s parameters (``class_weight`` excepted).
+
+    Raises:
+        ValueError: as :func:`fit_ordinal_probit`; a group label not in ``group_levels``,
+            repeated levels, or fewer than two groups with rows of positive weight.
+    """
+    model = OrdinalMixed(classes=classes, **params)
+    mesh = row_mesh(axis=axis) if mesh is None else mesh
+    levels = np.asarray(list(group_levels), dtype=object)
+    if levels.ndim != 1 or len(set(levels.tolist())) != levels.size:
+        raise ValueError("group_levels must list each group label once")
+    X, names, codes, classes_, sw = _local_rows("fit_ordinal_mixed", X, y, classes, sample_weight, params,
+                                                agree=levels.tolist(), min_features=0)
+    index = {level: j for j, level in enumerate(levels.tolist())}
+    labels = _labels_of_groups(groups, X.shape[0])
+    unknown = sorted({str(label) for label in labels.tolist() if label not in index})
+    if unknown:
+        raise ValueError(f"groups holds labels not in group_levels: {unknown[:5]}")
+    g = np.fromiter((index[label] for label in labels.tolist()), np.int32, labels.size)
+    used = _gather(np.bincount(g[sw > 0], minlength=levels.size)).sum(axis=0)
+    if np.count_nonzero(used) < 2:
+        raise ValueError("fewer than two groups have rows of positive weight; a group effect needs "
+                         "at least two (fit OrdinalProbit for one)")
+    config = model._config(len(classes_), bucket_rows(levels.size))
+    dtype = float_dtype()
+    Xs, ys, gs, ws = _place_rows(mesh, _row_axis(mesh, axis), (X.astype(dtype), codes, g), sw.astype(dtype))
+    program = program_for_rows(fit_mixed, Xs.shape[0] // mesh.shape[axis], ("config",))
+    res = _replicated(program(Xs, ys, gs, ws, solver_tol(model.tol, dtype), config=config))
+    with warnings.catch_warnings():
+        if jax.process_index() != 0:
+            warnings.simplefilter("ignore")  # one process reports for all
+        check_status(res.status, "distributed.fit_ordinal_mixed")
+    model.classes_ = classes_
+    model.n_features_in_ = X.shape[1]
+    if names is not None:
+        model.feature_names_in_ = names
+    return model._finish_fit(res, levels, _gather(binary_columns(X)).all(axis=0))
 
 
 def map_sharded(fn, *batched, mesh: Mesh | None = None, axis: str = "rows", vmap: bool = True):

@@ -212,6 +212,38 @@ def test_isbor_exchanges_per_block_products_and_memory_falls_with_devices():
     assert temp[4] < 0.3 * temp[1], temp
 
 
+@pytest.mark.parametrize("kind", ["auto", "explicit"])
+def test_mixed_model_over_devices_equals_the_single_device_fit(kind, tmp_path):
+    """Raw columns, text group labels, 1,003 rows over four devices (so a group's rows lie
+    on several of them), and a listed group with no rows: the estimator's fit to the
+    solver's tolerance, the same predictions for known and new groups, and a model file."""
+    from bayesord import OrdinalMixed
+
+    X, y = _raw_data(1003, d=3, seed=2)
+    rng = np.random.default_rng(3)
+    g = rng.integers(0, 30, 1003)
+    y = np.clip(y + (rng.normal(size=30)[g] > 0.5), 0, 3)  # a group effect
+    names = np.array([f"site{j:02d}" for j in range(31)])
+    frame = pd.DataFrame(X, columns=["a", "b", "c"])
+    ref = OrdinalMixed(link="logit").fit(frame, y, names[g])
+    model = distributed.fit_ordinal_mixed(frame, y, names[g], classes=[0, 1, 2, 3], group_levels=names,
+                                          mesh=_mesh(kind), link="logit")
+    assert model.converged_ and list(model.groups_) == list(names)
+    np.testing.assert_allclose(model.coef_, ref.coef_, rtol=1e-6)
+    np.testing.assert_allclose(model.group_sd_, ref.group_sd_, rtol=1e-6)
+    np.testing.assert_allclose(model.group_effects_[:30], ref.group_effects_, atol=1e-7)
+    new = names[np.r_[g[:20], [30] * 5]]  # site30 has no rows: predicted as a new group
+    np.testing.assert_allclose(model.predict_proba(frame[:25], new), ref.predict_proba(frame[:25], new),
+                               atol=1e-7)
+    model.save(tmp_path / "m.npz")
+    np.testing.assert_array_equal(load_model(tmp_path / "m.npz").predict(frame, names[g]),
+                                  model.predict(frame, names[g]))
+    with pytest.raises(ValueError, match="not in group_levels"):
+        distributed.fit_ordinal_mixed(frame, y, names[g], classes=[0, 1, 2, 3], group_levels=names[1:])
+    with pytest.raises(ValueError, match="each group label once"):
+        distributed.fit_ordinal_mixed(frame, y, names[g], classes=[0, 1, 2, 3], group_levels=[*names, "site00"])
+
+
 def test_bad_input_gets_a_clear_error():
     X, y = _raw_data(200)
     mesh = jax.make_mesh((DEVICES,), ("data",), axis_types=(AxisType.Auto,))

@@ -222,12 +222,16 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
                                    sw.astype(dtype))
         res = _fit_program(X.shape[0])(X, codes, g, sw, solver_tol(self.tol, dtype), config=config)
         check_status(res.status, "OrdinalMixed.fit")
+        return self._finish_fit(jax.tree_util.tree_map(np.asarray, res), levels, binary_columns(X[:n]))
+
+    def _finish_fit(self, res, levels, binary):
+        """Set the fitted attributes from a result whose group arrays are padded past
+        ``len(levels)`` (the compiled program's bucket of groups)."""
         q = len(levels)
-        res = jax.tree_util.tree_map(np.asarray, res)
         res = dataclasses.replace(res, effects=res.effects[:q], effects_cond_var=res.effects_cond_var[:q],
-                                effects_var=res.effects_var[:q], effects_cross=res.effects_cross[:q])
+                                  effects_var=res.effects_var[:q], effects_cross=res.effects_cross[:q])
         self.groups_ = np.asarray(levels.tolist())  # numbers or text, as an ordinary dtype
-        self.binary_columns_ = binary_columns(X[:n])
+        self.binary_columns_ = binary
         self._set_result(res)
         self.formula_ = None
         self.group_name_ = None
