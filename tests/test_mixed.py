@@ -532,6 +532,7 @@ def _grouped_parts():
     return X, y, g, slot < 18, (slot >= 18) & (slot < 26), slot >= 26
 
 
+@pytest.mark.slow  # a fit of its own shape (9 s); the default run measured 4:52 here
 def test_prediction_sets_for_known_and_new_groups():
     """Split conformal sets with groups: the calibration scores are the fitted model's,
     computed here from its probabilities; sets hold the prediction, for known and new groups."""
