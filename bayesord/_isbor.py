@@ -724,6 +724,25 @@ def fit_isbor(X, y, weights, cand_index, cand_valid, key, theta, *, config: ISBO
 # SBOR (batch baseline)
 
 
+class _SBORState(NamedTuple):
+    """The carry of :func:`fit_sbor`'s loop."""
+
+    slot_pos: jax.Array
+    mask: jax.Array
+    alpha: jax.Array
+    Phi: jax.Array
+    fit: _Fit
+    b: jax.Array
+    sigma: jax.Array
+    lr: jax.Array
+    n_pruned: jax.Array
+    it: jax.Array
+    done: jax.Array
+    status: jax.Array
+    ev_trace: jax.Array
+    act_trace: jax.Array
+
+
 @partial(jax.jit, static_argnames=("config",))
 def fit_sbor(X, y, weights, cand_index, cand_valid, theta, *, config: ISBORConfig,
              min_delta=1e-2, alpha_init=1.0, alpha_max=1e10, alpha_tol=1e-1,
@@ -761,10 +780,10 @@ def fit_sbor(X, y, weights, cand_index, cand_valid, theta, *, config: ISBORConfi
     fit = _laplace(Phi, y, weights, b, sigma, alpha, jnp.zeros(m, dtype), newton_rtol, cfg)
 
     def cond(c):
-        return (~c[10]) & (c[9] < cfg.max_iter)
+        return (~c.done) & (c.it < cfg.max_iter)
 
     def body(c):
-        slot_pos, mask, alpha, Phi, fit, b, sigma, lr, n_pruned, it, done, status, ev_trace, act_trace = c
+        slot_pos, mask, alpha, Phi, fit, b, sigma, lr, n_pruned, it, _, status, ev_trace, act_trace = c
         e_start = fit.evidence
         n_active = jnp.sum(mask).astype(jnp.int32)
         if cfg.progress:
@@ -800,15 +819,15 @@ def fit_sbor(X, y, weights, cand_index, cand_valid, theta, *, config: ISBORConfi
         converged = (jnp.abs(fit.evidence - e_start) < min_delta) & (dlog < alpha_tol)
         n_prune = jnp.sum(prune).astype(jnp.int32)
         status = jnp.where(fit.ok, status, Status.NONFINITE).astype(jnp.int32)
-        return (slot_pos, mask, alpha, Phi, fit, b, sigma, lr, n_pruned + n_prune, it + 1,
-                converged | ~fit.ok, status, ev_trace.at[it + 1].set(fit.evidence),
-                act_trace.at[it].set(jnp.where(n_prune > 0, Action.PRUNE, Action.REESTIMATE)))
+        return _SBORState(slot_pos, mask, alpha, Phi, fit, b, sigma, lr, n_pruned + n_prune, it + 1,
+                          converged | ~fit.ok, status, ev_trace.at[it + 1].set(fit.evidence),
+                          act_trace.at[it].set(jnp.where(n_prune > 0, Action.PRUNE, Action.REESTIMATE)))
 
-    init = (slot_pos, mask, alpha, Phi, fit, b, sigma, jnp.asarray(hyper_lr, dtype),
-            jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32), ~fit.ok,
-            jnp.where(fit.ok, Status.SUCCESS, Status.NOT_POSITIVE_DEFINITE).astype(jnp.int32),
-            jnp.full(cfg.max_iter + 1, jnp.nan, dtype).at[0].set(fit.evidence),
-            jnp.zeros(cfg.max_iter, jnp.int32))
+    init = _SBORState(slot_pos, mask, alpha, Phi, fit, b, sigma, jnp.asarray(hyper_lr, dtype),
+                      jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32), ~fit.ok,
+                      jnp.where(fit.ok, Status.SUCCESS, Status.NOT_POSITIVE_DEFINITE).astype(jnp.int32),
+                      jnp.full(cfg.max_iter + 1, jnp.nan, dtype).at[0].set(fit.evidence),
+                      jnp.zeros(cfg.max_iter, jnp.int32))
     slot_pos, mask, alpha, Phi, fit, b, sigma, _, n_pruned, it, done, status, ev_trace, act_trace = \
         jax.lax.while_loop(cond, body, init)
     status = jnp.where(done, status, Status.MAX_ITER).astype(jnp.int32)

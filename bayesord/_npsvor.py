@@ -333,6 +333,23 @@ def _progress_line(v):
             f"{done.size} problems{worst}")
 
 
+class _PassState(NamedTuple):
+    """The carry of :func:`_solve`'s passes: per problem (P of them) its weights, dual
+    variables and shrinking state, the pass count and the stopping flags."""
+
+    w: jax.Array
+    alpha: jax.Array
+    active: jax.Array
+    M: jax.Array
+    v0: jax.Array
+    it: jax.Array
+    done: jax.Array
+    conv: jax.Array
+    ratio: jax.Array
+    nupd: jax.Array
+    key: jax.Array
+
+
 def _solve(X, ytilde, in_I, upper, eps, tol, key, config):
     dtype = X.values.dtype
     P, n = ytilde.shape
@@ -464,19 +481,18 @@ def _solve(X, ytilde, in_I, upper, eps, tol, key, config):
         it = jnp.where(done, it, it + 1)
         conv = conv | finished
         done = done | finished
-        return w, alpha, active, M, v0, it, done, conv, ratio, nupd, k
+        return _PassState(w, alpha, active, M, v0, it, done, conv, ratio, nupd, k)
 
     def cond(state):
-        done, it = state[6], state[5]
-        return jnp.any(~done & (it < config.max_iter))
+        return jnp.any(~state.done & (state.it < config.max_iter))
 
     # Problems whose variables are all fixed (every row weight 0) are solved at alpha = 0.
     none_movable = n_movable == 0
-    state = (jnp.zeros((d, P), dtype), jnp.zeros((V, P), dtype), movable.T.astype(jnp.int8),
-             jnp.full((P,), jnp.inf, dtype), jnp.zeros((P,), dtype),
-             jnp.zeros((P,), jnp.int32), none_movable, none_movable,
-             jnp.where(none_movable, 0.0, jnp.inf).astype(dtype), jnp.zeros((P,), jnp.int32),
-             key)
+    state = _PassState(jnp.zeros((d, P), dtype), jnp.zeros((V, P), dtype), movable.T.astype(jnp.int8),
+                       jnp.full((P,), jnp.inf, dtype), jnp.zeros((P,), dtype),
+                       jnp.zeros((P,), jnp.int32), none_movable, none_movable,
+                       jnp.where(none_movable, 0.0, jnp.inf).astype(dtype), jnp.zeros((P,), jnp.int32),
+                       key)
     w, alpha_v, _, _, _, it, done, conv, ratio, nupd, _ = lax.while_loop(cond, one_pass, state)
     primal, dual = _objectives(w, alpha_v.T, vars_, X, in_I, ytilde, upper, eps)
     w, alpha_v = w.T, alpha_v.T

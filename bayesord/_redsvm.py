@@ -341,6 +341,27 @@ def _solve_fixed_b(X, s, c, sq, alpha, b, tol, key, config: RedSVMConfig):
     return alpha, w, theta, gap, p, epochs, inner_ok
 
 
+class _BiasSearch(NamedTuple):
+    """The carry of the search over the intercept ``b`` (bracketing, then regula falsi and
+    bisection, on the slope of the dual in ``b``)."""
+
+    alpha: jax.Array
+    w: jax.Array
+    theta: jax.Array
+    gap: jax.Array
+    p: jax.Array
+    b: jax.Array
+    lo: jax.Array
+    f_lo: jax.Array
+    hi: jax.Array
+    f_hi: jax.Array
+    step: jax.Array
+    epochs: jax.Array
+    it: jax.Array
+    inner_ok: jax.Array
+    done: jax.Array
+
+
 def _fit_redsvm_impl(X, codes, c, alpha0, b0, tol, key, config):
     dtype = c.dtype
     s = extended_labels(codes, config.n_classes).astype(dtype)
@@ -365,39 +386,39 @@ def _fit_redsvm_impl(X, codes, c, alpha0, b0, tol, key, config):
     inf = jnp.asarray(jnp.inf, dtype)
     zero = jnp.zeros((), dtype)
     # The first step solves at b0; later steps move b towards the root of V'(b).
-    # state: alpha, w, theta, gap, p, b, lo, f_lo, hi, f_hi, step, epochs, it, inner_ok, done
-    init = (alpha0, jnp.zeros(X.shape[1], dtype), jnp.zeros(config.n_classes - 1, dtype), inf, inf,
-            jnp.asarray(b0, dtype), -inf, -inf, inf, inf, jnp.ones((), dtype),
-            jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32), jnp.zeros((), bool), jnp.zeros((), bool))
+    init = _BiasSearch(alpha=alpha0, w=jnp.zeros(X.shape[1], dtype), theta=jnp.zeros(config.n_classes - 1, dtype),
+                       gap=inf, p=inf, b=jnp.asarray(b0, dtype), lo=-inf, f_lo=-inf, hi=inf, f_hi=inf,
+                       step=jnp.ones((), dtype), epochs=jnp.zeros((), jnp.int32), it=jnp.zeros((), jnp.int32),
+                       inner_ok=jnp.zeros((), bool), done=jnp.zeros((), bool))
 
     def cond(st):
-        return (~st[14]) & (st[12] < max_it)
+        return (~st.done) & (st.it < max_it)
 
     def body(st):
-        alpha, w, theta, gap, p, b, lo, f_lo, hi, f_hi, step, epochs, it, inner_ok, done = st
-        f = slope(alpha)
-        first = it == 0
-        lo, f_lo = jnp.where(~first & (f < 0), b, lo), jnp.where(~first & (f < 0), f, f_lo)
-        hi, f_hi = jnp.where(~first & (f > 0), b, hi), jnp.where(~first & (f > 0), f, f_hi)
+        f = slope(st.alpha)
+        first = st.it == 0
+        lo, f_lo = jnp.where(~first & (f < 0), st.b, st.lo), jnp.where(~first & (f < 0), f, st.f_lo)
+        hi, f_hi = jnp.where(~first & (f > 0), st.b, st.hi), jnp.where(~first & (f > 0), f, st.f_hi)
         bracketed = jnp.isfinite(lo) & jnp.isfinite(hi)
         falsi = (lo * f_hi - hi * f_lo) / (f_hi - f_lo)
         inside = (falsi > lo) & (falsi < hi)
-        b_br = jnp.where((it % 2 == 0) & inside, falsi, 0.5 * (lo + hi))
-        b_new = jnp.where(first, b, jnp.where(bracketed, b_br, jnp.where(f > 0, b - step, b + step)))
-        step = jnp.where(first | bracketed, step, 2.0 * step)
+        b_br = jnp.where((st.it % 2 == 0) & inside, falsi, 0.5 * (lo + hi))
+        b_new = jnp.where(first, st.b, jnp.where(bracketed, b_br, jnp.where(f > 0, st.b - st.step, st.b + st.step)))
+        step = jnp.where(first | bracketed, st.step, 2.0 * st.step)
         alpha, w, theta, gap, p, e, inner_ok = _solve_fixed_b(
-            X, s, c, sq, alpha, b_new, tol, jax.random.fold_in(key, it), config)
+            X, s, c, sq, st.alpha, b_new, tol, jax.random.fold_in(key, st.it), config)
         narrow = bracketed & ((hi - lo) <= 1e-12 * (1.0 + jnp.abs(b_new)))
         done = (slope_ok(alpha) if config.fit_intercept else True) | narrow | ~jnp.isfinite(p)
-        return (alpha, w, theta, gap, p, b_new, lo, f_lo, hi, f_hi, step, epochs + e, it + 1,
-                inner_ok, done)
+        return _BiasSearch(alpha=alpha, w=w, theta=theta, gap=gap, p=p, b=b_new, lo=lo, f_lo=f_lo, hi=hi,
+                           f_hi=f_hi, step=step, epochs=st.epochs + e, it=st.it + 1, inner_ok=inner_ok,
+                           done=done)
 
     st = lax.while_loop(cond, body, init)
-    alpha, w, theta, gap, p, b, _, _, _, _, _, epochs, it, inner_ok, done = st
-    b = b if config.fit_intercept else zero
+    alpha, w, theta, gap, p, epochs, it = st.alpha, st.w, st.theta, st.gap, st.p, st.epochs, st.it
+    b = st.b if config.fit_intercept else zero
     if center:
         b = b + jnp.dot(w, mu)
-    converged = done & inner_ok & jnp.isfinite(p)
+    converged = st.done & st.inner_ok & jnp.isfinite(p)
     status = jnp.where(~jnp.isfinite(p), Status.NONFINITE,
                        jnp.where(converged, Status.SUCCESS, Status.MAX_ITER)).astype(jnp.int32)
     return RedSVMResult(w, theta, b, alpha, p, gap, epochs, it, converged, status)
