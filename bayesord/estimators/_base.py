@@ -213,6 +213,14 @@ class OrdinalEstimator(BaseEstimator):
     def _decode(self, codes):
         return np.asarray(self.classes_)[np.asarray(codes)]
 
+    def score(self, X, y, sample_weight=None):
+        """Negative mean absolute error of ``predict`` in class positions, weighted by
+        ``sample_weight`` (higher is better; scikit-learn's model selection maximises it)."""
+        codes = self._encode_y(y, np.shape(X)[0])
+        pred = self._encode_y(self.predict(X), codes.shape[0])
+        sw = check_sample_weight(sample_weight, codes.shape[0])
+        return -float(np.average(np.abs(pred - codes), weights=sw))
+
 
 # Fitted attributes that hold training rows (relevance or support vectors, kernel basis
 # rows): a model that has one is an expansion over them, linear in the features otherwise.

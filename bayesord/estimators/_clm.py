@@ -366,12 +366,6 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
                                        n_draws=int(self.n_draws))
         return bands_from_draws(draws[:, :n], level)
 
-    def score(self, X, y, sample_weight=None):
-        """Negative mean absolute error in class positions (higher is better)."""
-        codes = self._encode_y(y, np.shape(X)[0])
-        pred = self._encode_y(self.predict(X), len(codes))
-        return -float(np.average(np.abs(pred - codes), weights=sample_weight))
-
     # ------------------------------------------------------------------ summary
     def summary(self, level=0.95):
         """Estimates, sds, central intervals, z and two-sided p-values (as ``clm`` prints them).

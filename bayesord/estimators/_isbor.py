@@ -465,13 +465,6 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         """Latent mean ``phi(x)^T w*`` (compare with ``thresholds_``)."""
         return np.asarray(self._predict_raw(X).latent_mean)
 
-    def score(self, X, y, sample_weight=None):
-        """Negative mean absolute error in class ranks (higher is better)."""
-        pred = np.asarray(self._predict_raw(X).labels)
-        codes = self._encode_y(y, pred.shape[0])
-        err = np.abs(pred - codes)
-        return -float(np.average(err, weights=sample_weight))
-
 
 class ISBOR(_SparseBayesOrdinal):
     """Incremental sparse Bayesian ordinal regression (Li & de Rijke), scikit-learn style.

@@ -226,10 +226,3 @@ class NPSVOR(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
         codes = predict_r_new(F) if predictor == "new" else predict_r_old(F)
         return self._decode(np.asarray(codes))
 
-    def score(self, X, y, sample_weight=None):
-        """Negative mean absolute error in rank units (greater is better)."""
-        F = self.decision_function(X)
-        codes_true = self._encode_y(y, F.shape[0])
-        pred = np.asarray(predict_r_new(F) if self.predictor == "new" else predict_r_old(F))
-        err = np.abs(pred - codes_true).astype(np.float64)
-        return -float(np.average(err, weights=sample_weight))

@@ -202,13 +202,6 @@ class _StructuredPerceptron(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstima
         """Labels by the CuSum argmax (Eq. 8; ties to the higher rank)."""
         return self._decode(np.asarray(core.predict(self.decision_function(X))))
 
-    def score(self, X, y, sample_weight=None):
-        """Negative mean absolute error in rank positions (higher is better)."""
-        pred = np.asarray(core.predict(self.decision_function(X)))
-        codes = self._encode_y(y, pred.shape[0])
-        sw = check_sample_weight(sample_weight, pred.shape[0])
-        return -float(np.average(np.abs(pred - codes), weights=sw))
-
 
 class CuSumRank(_StructuredPerceptron):
     """CuSum Rank: ordinal regression as a structured perceptron (Milidiú & Rocha).

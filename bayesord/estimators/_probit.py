@@ -277,13 +277,6 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
                                       level=level, n_draws=int(self.n_draws))
         return tuple(np.clip(np.asarray(a, dtype=np.float64), 0.0, 1.0) for a in (lo, hi, sd))
 
-    def score(self, X, y, sample_weight=None):
-        """Negative mean absolute error in class positions (higher is better)."""
-        codes = self._encode_y(y, np.shape(X)[0])
-        pred = self._encode_y(self.predict(X), len(codes))
-        err = np.abs(pred - codes)
-        return -float(np.average(err, weights=sample_weight))
-
     def posterior_result(self):
         """The functional :class:`bayesord.ProbitResult` of the fit (its link in its
         ``config``) and the settings that label it (``classes``, ``feature_names``,

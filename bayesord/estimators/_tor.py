@@ -30,7 +30,7 @@ from .._progress import check_verbose
 from .._sparse import as_rows
 from .._status import check_status, warn_user
 from .._tor import TORConfig, fit_tor
-from .._validation import check_sample_weight, check_X, float_dtype
+from .._validation import check_X, float_dtype
 from ._base import OrdinalEstimator, SnapshotSavableMixin, fresh_fit
 from ._proba_layer import ProbaLayerMixin
 
@@ -110,13 +110,6 @@ class _RedSVMBase(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
         h = self.decision_function(X)
         codes = predict_codes(jnp.asarray(h), jnp.asarray(self.thresholds_), 0.0)
         return self._decode(np.asarray(codes))
-
-    def score(self, X, y, sample_weight=None):
-        """Negative mean absolute error in class steps (higher is better)."""
-        pred = self._encode_y(self.predict(X), X.shape[0])
-        codes = self._encode_y(y, X.shape[0])
-        sw = check_sample_weight(sample_weight, len(codes))
-        return -float(np.average(np.abs(pred - codes), weights=sw))
 
 
 class RedSVM(_RedSVMBase):
