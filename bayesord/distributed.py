@@ -187,6 +187,20 @@ def _local_rows(name, X, y, classes, sample_weight, params, agree=(), min_featur
     return X, names, codes, classes_, sw
 
 
+def _adopt(model, status, name, classes_, X, names):
+    """Report a sharded fit's status (once, from process 0) and give ``model`` the labels and
+    columns of the rows; returns which columns are 0/1 on every process."""
+    with warnings.catch_warnings():
+        if jax.process_index() != 0:
+            warnings.simplefilter("ignore")  # one process reports for all
+        check_status(status, name)
+    model.classes_ = classes_
+    model.n_features_in_ = X.shape[1]
+    if names is not None:
+        model.feature_names_in_ = names
+    return _gather(binary_columns(X)).all(axis=0)
+
+
 def fit_ordinal_probit(X, y, *, classes, sample_weight=None, mesh: Mesh | None = None,
                        axis: str = "rows", **params) -> OrdinalProbit:
     """Fit :class:`~bayesord.OrdinalProbit` with its rows sharded over ``mesh``.
@@ -227,15 +241,7 @@ def fit_ordinal_probit(X, y, *, classes, sample_weight=None, mesh: Mesh | None =
     res = program(Xs, ys, ws, alpha.astype(dtype), solver_tol(model.tol, dtype), config=config,
                   n_classes=len(classes_))
     res = _replicated(res)
-    with warnings.catch_warnings():
-        if jax.process_index() != 0:
-            warnings.simplefilter("ignore")  # one process reports for all
-        check_status(res.status, "distributed.fit_ordinal_probit")
-    model.classes_ = classes_
-    model.n_features_in_ = X.shape[1]
-    if names is not None:
-        model.feature_names_in_ = names
-    model.binary_columns_ = _gather(binary_columns(X)).all(axis=0)
+    model.binary_columns_ = _adopt(model, res.status, "distributed.fit_ordinal_probit", classes_, X, names)
     model._spec = None
     model._set_result(res)
     model.log_evidence_ = float(res.log_evidence)
@@ -292,15 +298,8 @@ def fit_ordinal_mixed(X, y, groups, *, classes, group_levels, sample_weight=None
     Xs, ys, gs, ws = _place_rows(mesh, _row_axis(mesh, axis), (X.astype(dtype), codes, g), sw.astype(dtype))
     program = program_for_rows(fit_mixed, Xs.shape[0] // mesh.shape[axis], ("config",))
     res = _replicated(program(Xs, ys, gs, ws, solver_tol(model.tol, dtype), config=config))
-    with warnings.catch_warnings():
-        if jax.process_index() != 0:
-            warnings.simplefilter("ignore")  # one process reports for all
-        check_status(res.status, "distributed.fit_ordinal_mixed")
-    model.classes_ = classes_
-    model.n_features_in_ = X.shape[1]
-    if names is not None:
-        model.feature_names_in_ = names
-    return model._finish_fit(res, levels, _gather(binary_columns(X)).all(axis=0))
+    binary = _adopt(model, res.status, "distributed.fit_ordinal_mixed", classes_, X, names)
+    return model._finish_fit(res, levels, binary)
 
 
 def map_sharded(fn, *batched, mesh: Mesh | None = None, axis: str = "rows", vmap: bool = True):

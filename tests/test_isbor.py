@@ -229,6 +229,16 @@ def test_evidence_gradient_matches_finite_differences(state, data):
     np.testing.assert_allclose(g, fd, rtol=1e-5, atol=1e-6)
 
 
+def _joint_blocks(fitted, Xt):
+    """The joint Gaussian of the weights and thresholds from the result's blocks, built here
+    in NumPy: the basis at ``Xt``, the precision's factor, and the covariances of w, (w, b), b."""
+    Pt = np.asarray(kernel_matrix(Xt, np.asarray(fitted.centres), THETA)) * np.asarray(fitted.mask)
+    L = np.asarray(fitted.chol)
+    S_bb, S_wb = np.asarray(fitted.thresholds_cov), np.asarray(fitted.cross_cov)
+    S_ww = np.linalg.inv(L @ L.T) + S_wb @ np.linalg.solve(S_bb, S_wb.T)
+    return Pt, L, S_ww, S_wb, S_bb
+
+
 def test_predictive_probabilities_match_quadrature(fitted, data):
     X, _ = data
     Xt = np.random.default_rng(7).uniform(-2.5, 2.5, size=(6, 2))
@@ -236,12 +246,7 @@ def test_predictive_probabilities_match_quadrature(fitted, data):
     proba = np.asarray(p.proba)
     assert np.all(proba >= 0) and np.allclose(proba.sum(1), 1.0, atol=1e-12)
     np.testing.assert_allclose(np.exp(p.log_proba), proba, rtol=1e-12)
-    # The joint Gaussian of (f(x), b) from the result's blocks, built here in NumPy.
-    mask = np.asarray(fitted.mask)
-    Pt = np.asarray(kernel_matrix(Xt, np.asarray(fitted.centres), THETA)) * mask
-    L = np.asarray(fitted.chol)
-    S_bb, S_wb = np.asarray(fitted.thresholds_cov), np.asarray(fitted.cross_cov)
-    S_ww = np.linalg.inv(L @ L.T) + S_wb @ np.linalg.solve(S_bb, S_wb.T)
+    Pt, L, S_ww, S_wb, S_bb = _joint_blocks(fitted, Xt)
     b_hat, s = np.asarray(fitted.b), float(fitted.sigma)
     for i in range(len(Xt)):
         m, v = float(p.latent_mean[i]), float(p.latent_var[i])
@@ -262,11 +267,7 @@ def test_probability_draws_carry_the_thresholds_uncertainty(fitted):
     draws = np.asarray(sample_class_probs_isbor(fitted, jnp.asarray(Xt), jax.random.key(0), n_draws=n_draws))
     assert draws.shape == (n_draws, 6, 3)
     assert np.all(draws >= 0) and np.allclose(draws.sum(-1), 1.0, atol=1e-9)  # ordered thresholds
-    mask = np.asarray(fitted.mask)
-    Pt = np.asarray(kernel_matrix(Xt, np.asarray(fitted.centres), THETA)) * mask
-    L = np.asarray(fitted.chol)
-    S_bb, S_wb = np.asarray(fitted.thresholds_cov), np.asarray(fitted.cross_cov)
-    S_ww = np.linalg.inv(L @ L.T) + S_wb @ np.linalg.solve(S_bb, S_wb.T)
+    Pt, L, S_ww, S_wb, S_bb = _joint_blocks(fitted, Xt)
     b_hat, s = np.asarray(fitted.b), float(fitted.sigma)
     gap = b_hat[1] - b_hat[0]
     T = np.diag([1.0, 1.0, 0.0])
