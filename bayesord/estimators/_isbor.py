@@ -438,7 +438,7 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
     def predict_proba_std(self, X):
         """Posterior standard deviation of each class probability ``P(y = k | x, w, b)`` over
         ``n_draws`` draws of the weights and thresholds from their joint posterior, (n, K)."""
-        return bands_from_draws(self._probability_draws(X), 0.95)[2]
+        return np.asarray(self._probability_draws(X), np.float64).std(axis=0)
 
     def predict_proba_interval(self, X, level=0.95):
         """Central credible band of each class probability ``P(y = k | x, w, b)`` over
