@@ -189,6 +189,30 @@ def test_theta_auto_by_cv_equals_separate_fold_fits(data, scoring):
         np.testing.assert_allclose(score, -loss.mean(), rtol=1e-6)
 
 
+def test_cv_width_search_stops_after_two_widths_in_a_row_score_below_the_best(data, monkeypatch):
+    """The search order and the stopping rule, with the fold fits replaced by predictions
+    whose held-out quality peaks at the widest kernel (theta 1) and falls after it."""
+    import bayesord.estimators._isbor as est
+
+    X, y = data
+    tried = []
+
+    def fake_folds(theta, weights, X, y, cand, key, min_delta, *, solver, config):
+        theta = float(theta)
+        tried.append(theta)
+        q = 0.9 / theta  # the true class's probability falls as the kernel narrows
+        proba = np.full((weights.shape[0], len(y), 3), (1 - q) / 2)
+        proba[:, np.arange(len(y)), np.asarray(y)] = q
+        return np.tile(np.asarray(y), (weights.shape[0], 1)), proba
+
+    monkeypatch.setattr(est, "_fold_predictions", fake_folds)
+    model = small_model(theta="auto", theta_grid=(3.0, 1.0, 5.0, 2.0, 4.0), cv=3).fit(X, y)
+    assert tried == [1.0, 2.0, 3.0]  # widest first; 2 and 3 fall behind, so 4 and 5 are skipped
+    assert model.theta_ == 1.0
+    np.testing.assert_array_equal(np.isnan(model.theta_grid_scores_), [False, False, True, False, True])
+    assert np.nanargmax(model.theta_grid_scores_) == 1
+
+
 @pytest.mark.slow
 def test_theta_auto_by_cv_accepts_splitters_and_index_splits(data):
     """cv as a scikit-learn splitter or as (train, test) index pairs: the same partition
