@@ -227,7 +227,8 @@ def test_isbor_estimator_verbose(capsys):
     loud = ISBOR(verbose=1, **kw).fit(X, y)
     out = lines(capsys)
     np.testing.assert_array_equal(quiet.coef_, loud.coef_)
-    np.testing.assert_array_equal(quiet.theta_grid_scores_, loud.theta_grid_scores_)
+    # Two programs (with and without the progress callbacks): equal to rounding (one ulp seen).
+    np.testing.assert_allclose(quiet.theta_grid_scores_, loud.theta_grid_scores_, rtol=1e-12)
     # The widths are fitted one after the other, each line naming its width.
     for t in (0.5, 2.0):
         done = [s for s in out if s.startswith(f"theta grid by evidence (2 widths)  ISBOR theta {t:g} done:")]
