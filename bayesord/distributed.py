@@ -269,7 +269,8 @@ def fit_ordinal_mixed(X, y, groups, *, classes, group_levels, sample_weight=None
         group_levels: every group label, on every process the same list (it fixes each
             group's position; a process need not hold every group).
         sample_weight: optional non-negative weights of this process's rows.
-        mesh, axis: as :func:`fit_ordinal_probit`.
+        mesh: as :func:`fit_ordinal_probit`.
+        axis: as :func:`fit_ordinal_probit`.
         **params: ``OrdinalMixed``'s parameters (``class_weight`` excepted).
 
     Raises:
