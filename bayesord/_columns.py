@@ -5,8 +5,9 @@ The Bayesian models work internally with ``z = (x - center) / scale``, ``center`
 in their results so predictions apply the same map.  A shift or a rescaling of a column in
 the user's data then changes nothing the model says (``docs/maths.md``, "Columns as they
 arrive", lists what holds exactly).  Works on JAX arrays, inside ``jit`` too, and on NumPy
-arrays, in their own (float64) precision on the host.  The host-side check of the user's columns behind the scale warnings (sparse ones
-included) is :func:`bayesord._validation.column_moments`.
+arrays, in their own (float64) precision on the host.  The host-side check of the user's
+columns behind the scale warnings (sparse ones included) is
+:func:`bayesord._validation.column_moments`.
 """
 
 from __future__ import annotations

@@ -200,19 +200,33 @@ def _tails(u, v, lo_inf, hi_inf, link):
 
 
 def _log_hazard(z, upper, log_tail, link):
-    """``log(f(z) / T(z))`` for the tail ``T`` (``1 - F`` where ``upper``) whose log is ``log_tail``."""
+    """``log(f(z) / T(z))`` for the tail ``T`` (``1 - F`` where ``upper``) whose log is
+    ``log_tail``: closed form on a link's double-exponential tail (``Link.exact_hazard``)."""
     spec = get_link(link)
-    if spec.log_hazard is None:
-        return spec.log_pdf(z) - log_tail
-    return spec.log_hazard(z, upper, log_tail)
+    generic = spec.log_pdf(z) - log_tail
+    if spec.exact_hazard is None:
+        return generic
+    side, log_h, _ = spec.exact_hazard
+    return jnp.where(upper == side, log_h(z), generic)
 
 
 def _curvature(u, v, lam_u, lam_v, link):
-    """``(g(u) - lam_u, g(v) + lam_v)`` with ``g = f'/f`` (see :class:`bayesord._links.Link`)."""
+    """``(g(u) - lam_u, g(v) + lam_v)``, ``g = f'/f`` and ``lam = f/P``: the factors of the
+    second derivatives.
+
+    Written so, they cancel on a double-exponential tail.  With ``h = f/T`` that tail's
+    hazard, ``g + h = (log h)'`` for ``T = 1 - F`` and, as ``f(v) - h(v) P = h(v) T(u)``,
+    ``g(v) + lam_v = (log h)'(v) + lam_u h(v) / h(u)``; mirrored for ``T = F``,
+    ``g(u) - lam_u = (log h)'(u) - lam_v h(u) / h(v)``.  Both are sums of like signs.
+    """
     spec = get_link(link)
-    if spec.curvature is None:
-        return _dlog_pdf(u, link) - lam_u, _dlog_pdf(v, link) + lam_v
-    return spec.curvature(u, v, lam_u, lam_v)
+    curv_u, curv_v = _dlog_pdf(u, link) - lam_u, _dlog_pdf(v, link) + lam_v
+    if spec.exact_hazard is None:
+        return curv_u, curv_v
+    upper, log_h, dlog_h = spec.exact_hazard
+    if upper:
+        return curv_u, dlog_h(v) + lam_u * jnp.exp(log_h(v) - log_h(u))
+    return dlog_h(u) - lam_v * jnp.exp(log_h(u) - log_h(v)), curv_v
 
 
 @partial(jax.custom_jvp, nondiff_argnums=(4,))

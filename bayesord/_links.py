@@ -65,16 +65,12 @@ class Link(NamedTuple):
     """``s(var, sigma)`` with ``E[F(z / sigma)] ~= F(m / s)`` for ``z ~ N(m, var)``, where a
     closed form (exact or a standard approximation) exists; ``None``: the predictive
     probabilities are computed by Gauss-Hermite quadrature instead."""
-    log_hazard: Optional[Callable] = None
-    """``(z, upper, log_tail) -> log(f(z) / T(z))``, ``T = 1 - F`` where ``upper`` else ``F``
-    (``log_tail`` its log), in closed form where ``T`` has a double-exponential tail: there
-    ``log f`` and ``log T`` are both about ``-e^|z|`` and their difference loses every digit.
-    ``None``: ``log_pdf(z) - log_tail``."""
-    curvature: Optional[Callable] = None
-    """``(u, v, lam_u, lam_v) -> (g(u) - lam_u, g(v) + lam_v)``, ``g = f'/f`` and ``lam =
-    f/P`` of an interval ``P = F(u) - F(v)``: the factors of the likelihood's second
-    derivatives, by identities that avoid the cancellation of ``g`` against ``lam`` in a
-    double-exponential tail.  ``None``: computed as written."""
+    exact_hazard: Optional[tuple] = None
+    """``(upper, log_h, dlog_h)`` for a tail that falls double-exponentially (``T = 1 - F``
+    where ``upper``, else ``F``): its log hazard ``log(f/T)`` and that log's derivative in
+    closed form.  There ``log f`` and ``log T`` are both about ``-e^|z|``, and their
+    difference, and the likelihood's derivatives built from it, would lose every digit
+    (:mod:`bayesord._likelihood` uses these instead).  ``None``: no such tail."""
 
 
 def log1mexp(x):
@@ -160,10 +156,8 @@ _LOGIT = Link(
     predictive_scale=lambda var, sigma: sigma * jnp.sqrt(1.0 + jnp.pi * var / (8.0 * sigma * sigma)),
 )
 
-# The Gumbel links' double-exponential tails, where f/T and g +- f/P are exact algebra:
-# cloglog has f = e^z S (S = 1 - F), so f/S = e^z and, for P = S(v) - S(u),
-# f(v)/P - e^v = e^v S(u)/P = lam_u e^(v-u); loglog has f = e^-z F, so f/F = e^-z and
-# f(u)/P - e^-u = -e^-u F(v)/P = -lam_v e^(v-u).
+# The Gumbel links' double-exponential tails: cloglog has f = e^z S (S = 1 - F), so
+# f/S = e^z exactly; loglog has f = e^-z F, so f/F = e^-z.
 _CLOGLOG = Link(
     name="cloglog",
     log_cdf=_log_gumbel_lower,
@@ -174,8 +168,7 @@ _CLOGLOG = Link(
     sample=lambda rng, size: -rng.gumbel(0.0, 1.0, size),
     symmetric=False,
     normal_var=float(np.pi**2 / 6.0),
-    log_hazard=lambda z, upper, log_tail: jnp.where(upper, z, z - jnp.exp(z) - log_tail),
-    curvature=lambda u, v, lam_u, lam_v: (1.0 - jnp.exp(u) - lam_u, 1.0 + lam_u * jnp.exp(v - u)),
+    exact_hazard=(True, lambda z: z, jnp.ones_like),
 )
 
 _LOGLOG = Link(
@@ -188,8 +181,7 @@ _LOGLOG = Link(
     sample=lambda rng, size: rng.gumbel(0.0, 1.0, size),
     symmetric=False,
     normal_var=float(np.pi**2 / 6.0),
-    log_hazard=lambda z, upper, log_tail: jnp.where(upper, -z - jnp.exp(-z) - log_tail, -z),
-    curvature=lambda u, v, lam_u, lam_v: (-1.0 - lam_v * jnp.exp(v - u), jnp.exp(-v) - 1.0 + lam_v),
+    exact_hazard=(False, lambda z: -z, lambda z: -jnp.ones_like(z)),
 )
 
 _CAUCHIT = Link(
