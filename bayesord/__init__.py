@@ -104,6 +104,7 @@ if TYPE_CHECKING:
         MixedConfig,
         MixedPrediction,
         MixedResult,
+        effects_on_user_scale,
         fit_mixed,
         predict_mixed,
         sample_class_probs_mixed,

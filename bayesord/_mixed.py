@@ -1,47 +1,57 @@
-"""Ordinal mixed models: a random intercept per group, integrated out by the Laplace approximation.
+"""Ordinal mixed models: random intercepts and slopes per group, integrated out by the Laplace approximation.
 
 Model (the cumulative link mixed model of R's ``ordinal::clmm``; Christensen, "A tutorial on
 fitting cumulative link mixed models with clmm2", and Agresti, *Analysis of Ordinal
 Categorical Data*, Section 10.2):
 
-    P(y_i <= k | u) = F(b_k - x_i^T beta - u_{g(i)}),   u_j ~ N(0, tau^2) independently,
+    P(y_i <= k | u) = F(b_k - x_i^T beta - r_i^T u_{g(i)}),   u_j ~ N(0, Sigma) independently,
 
-for the ``q`` levels ``j`` of one grouping factor, ``F`` the link's CDF.  Writing
-``u = tau v`` with ``v ~ N(0, I)`` (the parametrisation ``clmm`` uses), the marginal
-likelihood ``L(beta, b, tau) = int p(y | beta, b, tau v) N(v; 0, I) dv`` is approximated by
-Laplace's method at the conditional mode ``v*`` of ``h(v) = l(beta, b, tau v) - |v|^2 / 2``:
+for the ``q`` levels ``j`` of one grouping factor, ``F`` the link's CDF and ``r_i`` the row's
+random-effects design: ``1`` (a random intercept) followed by the columns of ``x_i`` whose
+slopes vary by group (``(1 + x | g)`` in a formula), ``p`` entries in all.  Writing
+``u = Lambda v`` with ``v ~ N(0, I_p)`` and ``Lambda`` lower triangular, ``Sigma = Lambda
+Lambda^T`` (the parametrisation ``clmm`` and ``lme4`` use), the marginal likelihood
+``L(beta, b, Lambda) = int p(y | beta, b, Lambda v) N(v; 0, I) dv`` is approximated by Laplace's
+method at the conditional mode ``v*`` of ``h(v) = l(beta, b, Lambda v) - |v|^2 / 2``:
 
-    log L ~= l(beta, b, tau v*) - |v*|^2 / 2 - 1/2 log|D|,   D = I + tau^2 Z^T W Z,   (1)
+    log L ~= l(beta, b, Lambda v*) - |v*|^2 / 2 - 1/2 log|D|,   D = I + Lambda^T Z^T W Z Lambda,   (1)
 
 ``W = diag(w_i * -d^2 log P_i / d f_i^2)`` (the observed information of each row's latent
-value, ``w_i`` its sample weight) and ``Z`` the (n, q) indicator of the groups.  With one
-grouping factor ``D`` is diagonal, ``D_jj = 1 + tau^2 sum_{i in j} W_ii``, so ``v*`` is found
-group by group (a vectorised one-dimensional Newton solve) and ``log|D|`` is a sum: nothing of
-size ``q^2`` is ever formed.  (1) is maximised over ``eta = (beta, theta, tau)`` (``theta`` the
-thresholds' first value and log gaps, :mod:`bayesord._thresholds`) by Newton's method with the
-exact Hessian of (1); its derivatives through ``v*`` come from the implicit function theorem,
-``dv*/deta = D^{-1} d(grad_v h)/deta``.  ``tau`` enters (1) only through ``tau^2``, so it is
-optimised unconstrained and ``|tau|`` reported: a group variance of zero is an ordinary point
-(the fixed-effects model, ``clm``), not a boundary of the parameter space.
+value, ``w_i`` its sample weight) and ``Z`` the (n, q p) random-effects design (row ``i``
+holds ``r_i`` in the block of its group).  With one grouping factor ``D`` is block diagonal,
+``D_j = I + Lambda^T (sum_{i in j} W_ii r_i r_i^T) Lambda`` of size p x p, so ``v*`` is found
+group by group (a vectorised p-dimensional Newton solve) and ``log|D|`` is a sum: nothing of
+size ``q^2`` is ever formed.  (1) is maximised over ``eta = (beta, theta, lambda)``
+(``theta`` the thresholds' first value and log gaps, :mod:`bayesord._thresholds`;
+``lambda`` the ``p (p + 1) / 2`` entries of ``Lambda`` row by row) by Newton's method with
+the exact Hessian of (1); its derivatives through ``v*`` come from the implicit function
+theorem, ``dv*/deta = D^{-1} d(grad_v h)/deta``.  Flipping the sign of a column of
+``Lambda`` leaves ``Sigma`` unchanged, so ``lambda`` is optimised unconstrained: a group
+variance of zero is an ordinary point (the fixed-effects model, ``clm``), not a boundary.
 
 **Posterior.**  The Laplace approximation of the posterior of ``eta`` under a flat prior is
-``N(eta*, Sigma)``, ``Sigma`` the inverse of minus the Hessian of (1) (the covariance
-``clmm`` reports).  A group's effect given ``eta`` is ``N(tau v*_j, tau^2 / D_jj)`` (``clmm``'s
-conditional modes and variances); its total variance adds the uncertainty of ``eta``
-propagated through ``tau v*_j(eta)`` (delta method), and so does its covariance with ``eta``.
+``N(eta*, Sigma_eta)``, ``Sigma_eta`` the inverse of minus the Hessian of (1) (the
+covariance ``clmm`` reports).  A group's effect given ``eta`` is ``N(Lambda v*_j, Lambda
+D_j^{-1} Lambda^T)`` (``clmm``'s conditional modes and variances); its total covariance adds
+the uncertainty of ``eta`` propagated through ``Lambda v*_j(eta)`` (delta method), and so
+does its covariance with ``eta``.
 
-**Predictions.**  For a row of a known group ``j`` the margin ``a_k = b_k - x^T beta - u_j``
-is Gaussian to first order with mean ``a*_k`` and variance ``s_k^2`` from the joint
+**Predictions.**  For a row of a known group ``j`` the margin ``a_k = b_k - x^T beta - r^T
+u_j`` is Gaussian to first order with mean ``a*_k`` and variance ``s_k^2`` from the joint
 Gaussian above, so ``P(y <= k) = E F(a_k) = Phi(a*_k / sqrt(1 + s_k^2))``, exact for the
 probit (the probit approximation for the logit, quadrature for the other links:
-:func:`bayesord._likelihood.log_predictive_probs`).  For a new
-group ``u ~ N(0, tau^2)`` replaces the group's posterior: ``s_k^2 = Var(b_k - x^T beta) +
-tau^2`` (the group variance at its estimate; the posterior draws of
-:func:`sample_class_probs_mixed` include its uncertainty too).
+:func:`bayesord._likelihood.log_predictive_probs`).  For a new group ``u ~ N(0, Sigma)``
+replaces the group's posterior: ``s_k^2 = Var(b_k - x^T beta) + r^T Sigma r`` (``Sigma`` at its
+estimate; the posterior draws of :func:`sample_class_probs_mixed` include its uncertainty
+too).
 
 Columns are standardised inside the fit (:func:`bayesord._columns.center_and_scale`), as
-in the probit; coefficients and thresholds are reported on the user's scale, thresholds at
-``x = 0`` as ``clm``/``clmm`` report them.
+in the probit, and the random slopes act on the standardised columns, so the group effects
+the fit works with (:attr:`MixedResult.effects`) are intercepts at the columns' centre and
+slopes per standardised unit.  Their covariance ``Sigma``, the coefficients and the
+thresholds are reported on the user's scale, at ``x = 0`` as ``clm``/``clmm`` report them
+(:func:`effects_on_user_scale` maps the group effects there too).  The approximation (1) is
+unchanged by this linear change of the effects' coordinates.
 """
 
 from __future__ import annotations
@@ -73,9 +83,10 @@ __all__ = [
     "predict_mixed",
     "sample_class_probs_mixed",
     "marginal_effects_mixed",
+    "effects_on_user_scale",
 ]
 
-_INITIAL_TAU = 0.5  # the group sd the search starts from, in units of the latent noise sd
+_INITIAL_SD = 0.5  # the group sds the search starts from, in units of the latent noise sd
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,6 +98,8 @@ class MixedConfig:
         n_groups: q, the number of levels of the grouping factor.
         link: any of :data:`bayesord._links.LINKS` ("probit", "logit", "cloglog",
             "loglog", "cauchit").
+        slopes: the columns of ``X`` (indices) whose slopes vary by group, besides the
+            random intercept; ``()`` for random intercepts only.
         max_newton: cap on Newton iterations of the outer maximisation of (1).
         max_inner: cap on Newton iterations of each conditional-mode solve.
     """
@@ -94,6 +107,7 @@ class MixedConfig:
     n_classes: int
     n_groups: int
     link: str = "probit"
+    slopes: tuple = ()
     max_newton: int = 100
     max_inner: int = 50
 
@@ -105,11 +119,22 @@ class MixedConfig:
             raise ValueError(f"n_groups must be at least 1, got {self.n_groups}")
         if self.max_newton < 1 or self.max_inner < 1:
             raise ValueError("max_newton and max_inner must be at least 1")
+        slopes = tuple(self.slopes)
+        if not all(isinstance(j, (int, np.integer)) and j >= 0 for j in slopes):
+            raise ValueError(f"slopes must be column indices (non-negative integers), got {self.slopes!r}")
+        if len(set(slopes)) != len(slopes):
+            raise ValueError(f"slopes names a column twice: {self.slopes!r}")
+        object.__setattr__(self, "slopes", tuple(int(j) for j in slopes))
+
+    @property
+    def n_effects(self):
+        """p, the number of group effects per level (the intercept and the slopes)."""
+        return 1 + len(self.slopes)
 
 
 @result_type
 class MixedResult:
-    """A fitted ordinal mixed model (random intercepts for one grouping factor)."""
+    """A fitted ordinal mixed model (random intercepts, and slopes, for one grouping factor)."""
 
     config: MixedConfig
     """The static configuration the model was fitted with (the link among it)."""
@@ -117,29 +142,37 @@ class MixedResult:
     """Fixed effects ``beta`` per unit of the user's columns, shape (d,)."""
     thresholds: jax.Array
     """Thresholds ``b_1 < ... < b_{K-1}`` at ``x = 0`` (as ``clmm`` reports them), (K-1,)."""
+    group_cov: jax.Array
+    """Covariance ``Sigma`` of the group effects on the user's scale (the intercept at
+    ``x = 0``, slopes per unit of their columns), shape (p, p)."""
     group_sd: jax.Array
-    """Standard deviation ``tau`` of the group effects (scalar)."""
+    """Standard deviations of the group effects, ``sqrt(diag(group_cov))``, shape (p,)."""
     cov: jax.Array
-    """Covariance of ``(coef, thresholds, group_sd)``, shape (d + K, d + K): the inverse of
-    minus the Hessian of (1), mapped to these parameters by the delta method."""
+    """Covariance of ``(coef, thresholds, group_sd, corr)``, shape (d + K - 1 + p + p (p - 1) / 2,)
+    squared: the inverse of minus the Hessian of (1), mapped to these parameters by the delta
+    method; ``corr`` are the correlations of the group effects below the diagonal, row by row."""
     center: jax.Array
     """Column offsets the fit was centred at, shape (d,)."""
     scale: jax.Array
     """Column scales the fit was standardised by, shape (d,)."""
     eta: jax.Array
-    """The optimum in the fit's own parameters ``(beta_z, theta, tau)``, shape (m,) with
-    ``m = d + K``; ``beta_z = scale * coef`` acts on the standardised columns and the
-    thresholds ``thresholds_from_params(theta)`` on the centred latent."""
+    """The optimum in the fit's own parameters ``(beta_z, theta, lambda)``, shape (m,) with
+    ``m = d + K - 1 + p (p + 1) / 2``; ``beta_z = scale * coef`` acts on the standardised
+    columns, the thresholds ``thresholds_from_params(theta)`` on the centred latent, and
+    ``lambda`` holds ``Lambda`` of the standardised random design row by row."""
     eta_cov: jax.Array
     """Laplace covariance of ``eta``, shape (m, m)."""
     effects: jax.Array
-    """Conditional modes of the group effects ``u_j = tau v*_j``, shape (q,)."""
-    effects_cond_var: jax.Array
-    """Their variances given ``eta``, ``tau^2 / D_jj`` (``clmm``'s ``condVar``), shape (q,)."""
-    effects_var: jax.Array
-    """Their posterior variances: ``effects_cond_var`` plus the part propagated from ``eta``, (q,)."""
+    """Conditional modes of the group effects ``u_j = Lambda v*_j`` on the standardised random
+    design (intercept at the columns' centre, slopes per standardised unit), shape (q, p)."""
+    effects_cond_cov: jax.Array
+    """Their covariances given ``eta``, ``Lambda D_j^{-1} Lambda^T`` (``clmm``'s ``condVar``),
+    shape (q, p, p)."""
+    effects_cov: jax.Array
+    """Their posterior covariances: ``effects_cond_cov`` plus the part propagated from ``eta``,
+    shape (q, p, p)."""
     effects_cross: jax.Array
-    """Covariance of each group effect with ``eta``, shape (q, m)."""
+    """Covariance of each group effect with ``eta``, shape (q, p, m)."""
     loglik: jax.Array
     """The Laplace approximation (1) of the marginal log-likelihood at the optimum."""
     n_iter: jax.Array
@@ -154,10 +187,10 @@ class MixedPrediction(NamedTuple):
     """Predictive distribution of new rows."""
 
     mean: jax.Array
-    """Mean of the centred latent ``(x - center)^T beta + u_g``, shape (n,) (``u_g = 0`` for
-    a new group)."""
+    """Mean of the centred latent ``(x - center)^T beta + r^T u_g``, shape (n,) (``u_g = 0``
+    for a new group)."""
     margin_var: jax.Array
-    """Variance of each margin ``b_k - latent``, shape (n, K-1) (the group variance
+    """Variance of each margin ``b_k - latent``, shape (n, K-1) (the group covariance
     included for new groups)."""
     proba: jax.Array
     """Class probabilities, shape (n, K)."""
@@ -166,26 +199,68 @@ class MixedPrediction(NamedTuple):
 
 
 # ----------------------------------------------------------------------- the model
-def _unpack(eta, d):
-    """``(beta_z, b, tau)`` from ``eta = (beta_z, theta, tau)``; ``b`` of the centred latent."""
-    return eta[:d], thresholds_from_params(eta[d:-1]), eta[-1]
+def _tril_basis(p, dtype):
+    """(p (p + 1) / 2, p, p): ``Lambda = sum_k lambda_k E_k`` for the lower triangle row by row
+    (a contraction rather than a scatter, so it traces alike on every mesh)."""
+    rows, cols = np.tril_indices(p)
+    E = np.zeros((rows.size, p, p))
+    E[np.arange(rows.size), rows, cols] = 1.0
+    return jnp.asarray(E, dtype)
 
 
-def _group_terms(v, eta, Z, y, groups, weights, link, q):
-    """Per-group value, gradient and curvature of ``h(v) = l(tau v) - |v|^2/2`` (all (q,))."""
-    beta, b, tau = _unpack(eta, Z.shape[1])
-    f = Z @ beta + tau * v[groups]
+def _unpack(eta, d, p):
+    """``(beta_z, b, Lambda)`` from ``eta = (beta_z, theta, lambda)``; ``b`` of the centred latent."""
+    n_lam = p * (p + 1) // 2
+    lam = eta[eta.shape[0] - n_lam:]
+    Lam = jnp.einsum("k,kij->ij", lam, _tril_basis(p, eta.dtype))
+    return eta[:d], thresholds_from_params(eta[d:eta.shape[0] - n_lam]), Lam
+
+
+def _random_design(Z, slopes):
+    """Each row's random-effects design ``r_i = (1, z_i[slopes])``, shape (n, p)."""
+    ones = jnp.ones((Z.shape[0], 1), Z.dtype)
+    return jnp.concatenate([ones, Z[:, np.asarray(slopes, np.int32)]], axis=1) if slopes else ones
+
+
+def _group_terms(v, eta, Z, R, y, groups, weights, link, q):
+    """Per-group value (q,), gradient (q, p) and precision ``D_j`` (q, p, p) of
+    ``h(v) = l(Lambda v) - |v|^2/2``."""
+    p = R.shape[1]
+    beta, b, Lam = _unpack(eta, Z.shape[1], p)
+    RL = R @ Lam  # d f_i / d v_{g(i)}
+    f = Z @ beta + jnp.sum(RL * v[groups], axis=1)
     sigma = jnp.ones((), f.dtype)
     r = ordinal_ratios(f, y, b, sigma, link)
     t = terms_from_ratios(f, y, b, sigma, *r, link)
-    value = jax.ops.segment_sum(weights * r[0], groups, q) - 0.5 * v * v
-    grad = tau * jax.ops.segment_sum(weights * t.d_f, groups, q) - v
-    info = jax.ops.segment_sum(-weights * t.d_ff, groups, q)
-    return value, grad, 1.0 + tau * tau * info
+    value = jax.ops.segment_sum(weights * r[0], groups, q) - 0.5 * jnp.sum(v * v, axis=1)
+    if p == 1:  # random intercepts: RL is the constant Lambda, so it factors out of the sums
+        lam = Lam[0, 0]
+        grad = lam * jax.ops.segment_sum(weights * t.d_f, groups, q)[:, None] - v
+        info = lam * lam * jax.ops.segment_sum(-weights * t.d_ff, groups, q)[:, None, None]
+        return value, grad, 1.0 + info
+    grad = jax.ops.segment_sum((weights * t.d_f)[:, None] * RL, groups, q) - v
+    info = jax.ops.segment_sum((-weights * t.d_ff)[:, None, None] * RL[:, :, None] * RL[:, None, :],
+                               groups, q)
+    return value, grad, jnp.eye(p, dtype=f.dtype) + info
 
 
-def _solve_modes(eta, Z, y, groups, weights, v0, rtol, link, q, max_iter):
-    """Conditional modes ``v*`` by Newton's method, every group at once.
+def _block_solve(prec, rhs):
+    """``prec_j^{-1} rhs_j`` for every group: prec (q, p, p), rhs (q, p) or (q, p, m)."""
+    if prec.shape[1] == 1:  # random intercepts: a division (a batch of 1 x 1 factorisations is slower)
+        return rhs / prec.reshape(prec.shape[:1] + (1,) * (rhs.ndim - 1))
+    L = jnp.linalg.cholesky(prec)  # NaN where a block is not positive definite
+    return jax.vmap(lambda Lj, rj: jax.scipy.linalg.cho_solve((Lj, True), rj))(L, rhs)
+
+
+def _block_log_det(prec):
+    """``sum_j log|prec_j|`` (NaN where a block is not positive definite)."""
+    if prec.shape[1] == 1:
+        return jnp.sum(jnp.log(prec))
+    return 2.0 * jnp.sum(jnp.log(jnp.diagonal(jnp.linalg.cholesky(prec), axis1=1, axis2=2)))
+
+
+def _solve_modes(eta, Z, R, y, groups, weights, v0, rtol, link, q, max_iter):
+    """Conditional modes ``v*`` (q, p) by Newton's method, every group at once.
 
     ``h`` is a sum of one concave function per group, so each group takes its own step with
     its own backtracking (Armijo) on its own value.  The loop stops when every step is below
@@ -198,73 +273,91 @@ def _solve_modes(eta, Z, y, groups, weights, v0, rtol, link, q, max_iter):
     dtype = v0.dtype
 
     def evaluate(v):
-        return _group_terms(v, eta, Z, y, groups, weights, link, q)
+        return _group_terms(v, eta, Z, R, y, groups, weights, link, q)
 
     def small(step, v):
-        return jnp.abs(step) <= jnp.sqrt(rtol) * (1.0 + jnp.abs(v))
+        return jnp.all(jnp.abs(step) <= jnp.sqrt(rtol) * (1.0 + jnp.abs(v)), axis=1)
 
     def cond(c):
         v, _, grad, prec, _, it = c
-        return (it < max_iter) & ~jnp.all(small(grad / prec, v))
+        return (it < max_iter) & ~jnp.all(small(_block_solve(prec, grad), v))
 
     def body(c):
         v, value, grad, prec, t, it = c
-        step = grad / prec
-        trial = v + t * step
+        step = _block_solve(prec, grad)
+        trial = v + t[:, None] * step
         value_t, grad_t, prec_t = evaluate(trial)
-        ok = jnp.isfinite(value_t) & (value_t >= value + 1e-4 * t * grad * step)
-        v, value, grad, prec = (jnp.where(ok, a, b) for a, b in
-                                ((trial, v), (value_t, value), (grad_t, grad), (prec_t, prec)))
+        ok = jnp.isfinite(value_t) & (value_t >= value + 1e-4 * t * jnp.sum(grad * step, axis=1))
+        v, grad = (jnp.where(ok[:, None], a, b) for a, b in ((trial, v), (grad_t, grad)))
+        value = jnp.where(ok, value_t, value)
+        prec = jnp.where(ok[:, None, None], prec_t, prec)
         t = jnp.where(ok, 1.0, 0.5 * t).astype(dtype)
         return v, value, grad, prec, t, it + 1
 
     value, grad, prec = evaluate(v0)
-    init = (v0, value, grad, prec, jnp.ones_like(v0), jnp.zeros((), jnp.int32))
+    init = (v0, value, grad, prec, jnp.ones(v0.shape[0], dtype), jnp.zeros((), jnp.int32))
     v, value, grad, prec, _, it = jax.lax.while_loop(cond, body, init)
-    step = grad / prec
+    step = _block_solve(prec, grad)
     converged = jnp.all(small(step, v) & jnp.isfinite(value))
     return v + step, it, converged
 
 
-@partial(jax.custom_jvp, nondiff_argnums=(7, 8, 9))
-def _modes(eta, Z, y, groups, weights, v0, rtol, link, q, max_iter):
+@partial(jax.custom_jvp, nondiff_argnums=(8, 9, 10))
+def _modes(eta, Z, R, y, groups, weights, v0, rtol, link, q, max_iter):
     """``v*(eta)``, differentiable in ``eta`` by the implicit function theorem."""
-    return _solve_modes(eta, Z, y, groups, weights, v0, rtol, link, q, max_iter)
+    return _solve_modes(eta, Z, R, y, groups, weights, v0, rtol, link, q, max_iter)
 
 
 @_modes.defjvp
 def _modes_jvp(link, q, max_iter, primals, tangents):
-    eta, Z, y, groups, weights, v0, rtol = primals
-    v, it, ok = _modes(eta, Z, y, groups, weights, v0, rtol, link, q, max_iter)
-    # grad_v h(v*(eta), eta) = 0, so dv* = D^{-1} d(grad_v h)/deta . deta (D diagonal).
-    _, dgrad = jax.jvp(lambda e: _group_terms(v, e, Z, y, groups, weights, link, q)[1],
+    eta, Z, R, y, groups, weights, v0, rtol = primals
+    v, it, ok = _modes(eta, Z, R, y, groups, weights, v0, rtol, link, q, max_iter)
+    # grad_v h(v*(eta), eta) = 0, so dv* = D^{-1} d(grad_v h)/deta . deta (D block diagonal).
+    _, dgrad = jax.jvp(lambda e: _group_terms(v, e, Z, R, y, groups, weights, link, q)[1],
                        (eta,), (tangents[0],))
-    prec = _group_terms(v, eta, Z, y, groups, weights, link, q)[2]
+    prec = _group_terms(v, eta, Z, R, y, groups, weights, link, q)[2]
     zero_int = np.zeros((), dtype=jax.dtypes.float0)
-    return (v, it, ok), (dgrad / prec, zero_int, zero_int)
+    return (v, it, ok), (_block_solve(prec, dgrad), zero_int, zero_int)
 
 
-def _laplace_loglik(eta, Z, y, groups, weights, v0, rtol, link, q, max_iter):
+def _laplace_loglik(eta, Z, R, y, groups, weights, v0, rtol, link, q, max_iter):
     """The Laplace approximation (1) and the conditional modes it was taken at."""
-    v, it, ok = _modes(eta, Z, y, groups, weights, jax.lax.stop_gradient(v0), rtol, link, q, max_iter)
-    beta, b, tau = _unpack(eta, Z.shape[1])
-    f = Z @ beta + tau * v[groups]
-    sigma = jnp.ones((), f.dtype)
-    r = ordinal_ratios(f, y, b, sigma, link)
-    d_ff = terms_from_ratios(f, y, b, sigma, *r, link).d_ff
-    log_det = jnp.sum(jnp.log1p(tau * tau * jax.ops.segment_sum(-weights * d_ff, groups, q)))
-    value = jnp.sum(weights * r[0]) - 0.5 * jnp.sum(v * v) - 0.5 * log_det
+    v, it, ok = _modes(eta, Z, R, y, groups, weights, jax.lax.stop_gradient(v0), rtol, link, q, max_iter)
+    group_values, _, prec = _group_terms(v, eta, Z, R, y, groups, weights, link, q)
+    value = jnp.sum(group_values) - 0.5 * _block_log_det(prec)
     return value, (v, ok)
+
+
+def _user_transform(center, scale, slopes):
+    """``T`` (p, p) with ``u_user = T u``: the standardised random design ``(1, (x_s - c_s)/s_s)``
+    rewritten as ``(1, x_s)`` (the intercept moves to ``x = 0``)."""
+    cols = np.asarray(slopes, np.int32)
+    c, s = center[cols], scale[cols]
+    top = jnp.concatenate([jnp.ones((1,), center.dtype), -c / s])
+    return jnp.concatenate([top[None], jnp.concatenate([jnp.zeros((len(slopes), 1), center.dtype),
+                                                        jnp.diag(1.0 / s)], axis=1)], axis=0)
+
+
+def _sd_and_corr(S):
+    """Standard deviations and the correlations below the diagonal of a covariance ``S``, with
+    derivative 0 (not NaN) where a variance is 0 (a group variance fitted at zero)."""
+    var = jnp.diagonal(S)
+    positive = var > 0
+    sd = jnp.where(positive, jnp.sqrt(jnp.where(positive, var, 1.0)), 0.0)
+    rows, cols = np.tril_indices(S.shape[0], -1)
+    both = positive[rows] & positive[cols]
+    denom = jnp.where(both, sd[rows] * sd[cols], 1.0)
+    return sd, jnp.where(both, S[rows, cols] / denom, 0.0)
 
 
 @partial(jax.jit, static_argnames=("config",))
 @partitioned
 def fit_mixed(X, y, groups, weights, rtol, *, config: MixedConfig) -> MixedResult:
-    """Fit the random-intercept ordinal model by maximising the Laplace likelihood (1).
+    """Fit the ordinal mixed model by maximising the Laplace likelihood (1).
 
     Args:
         X: fixed-effect columns, shape (n, d) (no intercept column: the thresholds hold it;
-            d may be 0).
+            d may be 0).  ``config.slopes`` picks the ones whose slopes vary by group.
         y: classes 0..K-1, shape (n,).
         groups: the group of each row, integers 0..q-1, shape (n,).
         weights: non-negative sample weights, shape (n,).
@@ -294,76 +387,98 @@ def fit_mixed(X, y, groups, weights, rtol, *, config: MixedConfig) -> MixedResul
     weights = jnp.asarray(weights, dtype)
     rtol = jnp.asarray(rtol, dtype)
     d = X.shape[1]
-    q, link, k1 = config.n_groups, config.link, config.n_classes - 1
+    if any(j >= d for j in config.slopes):
+        raise ValueError(f"config.slopes {config.slopes} names a column past the {d} columns of X")
+    q, link, k1, p = config.n_groups, config.link, config.n_classes - 1, config.n_effects
     center, scale = center_and_scale(X, weights)
     Z = (X - center) / scale
+    R = _random_design(Z, config.slopes)
     b0 = initial_thresholds(y, weights, config.n_classes, link, dtype)
     theta0 = jnp.concatenate([b0[:1], jnp.log(jnp.diff(b0))])
-    eta0 = jnp.concatenate([jnp.zeros(d, dtype), theta0, jnp.full((1,), _INITIAL_TAU, dtype)])
-    args = (Z, y, groups, weights)
+    lam0 = jnp.einsum("kij,ij->k", _tril_basis(p, dtype), _INITIAL_SD * jnp.eye(p, dtype=dtype))
+    eta0 = jnp.concatenate([jnp.zeros(d, dtype), theta0, lam0])
+    args = (Z, R, y, groups, weights)
 
     def objective(eta, v0):
         return _laplace_loglik(eta, *args, v0, rtol, link, q, config.max_inner)
 
-    eta, value, hess, v, n_iter, converged, status = maximise_exact(objective, eta0, jnp.zeros(q, dtype),
-                                                               rtol, config.max_newton)
+    eta, value, hess, v, n_iter, converged, status = maximise_exact(objective, eta0, jnp.zeros((q, p), dtype),
+                                                                    rtol, config.max_newton)
     # The Laplace posterior of eta: minus the Hessian must be positive definite there.
     L, chol_ok = safe_cholesky(-hess)
     eye = jnp.eye(eta.shape[0], dtype=dtype)
     eta_cov = jax.scipy.linalg.cho_solve((L, True), eye)
     status = jnp.where(chol_ok | (status != Status.SUCCESS), status, Status.NOT_POSITIVE_DEFINITE)
 
-    # Group effects u = tau v*(eta): conditional variance tau^2 / D_jj plus the part of
-    # eta's uncertainty that reaches them (delta method).
-    tau = eta[-1]
+    # Group effects u = Lambda v*(eta): conditional covariance Lambda D_j^{-1} Lambda^T plus
+    # the part of eta's uncertainty that reaches them (delta method), with
     # dv*/deta = D^{-1} d(grad_v h)/deta at v* (the implicit function theorem, as in _modes).
+    Lam = _unpack(eta, d, p)[2]
     prec = _group_terms(v, eta, *args, link, q)[2]
-    dv = jax.jacfwd(lambda e: _group_terms(v, e, *args, link, q)[1])(eta) / prec[:, None]
-    du = tau * dv + jnp.outer(v, jnp.zeros_like(eta).at[-1].set(1.0))
+    dv = _block_solve(prec, jax.jacfwd(lambda e: _group_terms(v, e, *args, link, q)[1])(eta))
+    du = jnp.einsum("ij,qjm->qim", Lam, dv) + jax.jacfwd(lambda e: v @ _unpack(e, d, p)[2].T)(eta)
     cross = du @ eta_cov
-    cond_var = tau * tau / prec
-    effects_var = jnp.sum(cross * du, axis=1) + cond_var
+    cond_cov = Lam @ _block_solve(prec, jnp.broadcast_to(Lam.T, (q, p, p)))
+    effects_cov = jnp.einsum("qim,qjm->qij", cross, du) + cond_cov
+    T = _user_transform(center, scale, config.slopes)
 
     def natural(e):
-        beta_z, b, t = _unpack(e, d)
+        beta_z, b, Lam_e = _unpack(e, d, p)
         coef = beta_z / scale
-        return jnp.concatenate([coef, b + center @ coef, jnp.abs(t)[None]])
+        sd, corr = _sd_and_corr(T @ Lam_e @ Lam_e.T @ T.T)
+        return jnp.concatenate([coef, b + center @ coef, sd, corr])
 
     J = jax.jacfwd(natural)(eta)
     nat = natural(eta)
     status = jnp.where(jnp.isfinite(value), status, Status.NONFINITE)
     return MixedResult(
-        config=config, coef=nat[:d], thresholds=nat[d:d + k1], group_sd=nat[-1],
-        cov=J @ eta_cov @ J.T, center=center, scale=scale, eta=eta, eta_cov=eta_cov,
-        effects=tau * v, effects_cond_var=cond_var, effects_var=effects_var, effects_cross=cross, loglik=value,
-        n_iter=n_iter, converged=converged & chol_ok,
+        config=config, coef=nat[:d], thresholds=nat[d:d + k1], group_cov=T @ Lam @ Lam.T @ T.T,
+        group_sd=nat[d + k1:d + k1 + p], cov=J @ eta_cov @ J.T, center=center, scale=scale, eta=eta,
+        eta_cov=eta_cov, effects=v @ Lam.T, effects_cond_cov=cond_cov, effects_cov=effects_cov,
+        effects_cross=cross, loglik=value, n_iter=n_iter, converged=converged & chol_ok,
         status=status.astype(jnp.int32))
 
 
+def effects_on_user_scale(result: MixedResult):
+    """The group effects on the user's scale (intercepts at ``x = 0``, slopes per unit of their
+    columns, as ``clmm``'s ``ranef``): modes (q, p) and posterior covariances (q, p, p)."""
+    T = _user_transform(result.center, result.scale, result.config.slopes)
+    return result.effects @ T.T, T @ result.effects_cov @ T.T
+
+
 # --------------------------------------------------------------------- predictions
+def _row_effects(result: MixedResult, Z, groups):
+    """For rows of standardised columns ``Z`` in ``groups`` (-1: a new group): the random
+    design ``r`` (n, p), the known-group mask, the codes with -1 as 0, and ``r^T u_g`` (n,)."""
+    R = _random_design(Z, result.config.slopes)
+    known = groups >= 0
+    g = jnp.where(known, groups, 0)
+    return R, known, g, jnp.where(known, jnp.sum(R * result.effects[g], axis=1), 0.0)
+
+
 def _margin_moments(result: MixedResult, X, groups):
     """Mean latent (n,), thresholds of the centred latent (K-1,) and ``Var(b_k - latent)``
     (n, K-1) for rows ``X`` in groups ``groups`` (-1: a new group)."""
     eta, cov = result.eta, result.eta_cov
-    d = result.coef.shape[0]
+    d, p = result.coef.shape[0], result.config.n_effects
     Z = (jnp.asarray(X, eta.dtype) - result.center) / result.scale
-    beta_z, b, tau = _unpack(eta, d)
-    known = groups >= 0
-    g = jnp.where(known, groups, 0)
-    u = jnp.where(known, result.effects[g], 0.0)
+    beta_z, b, Lam = _unpack(eta, d, p)
+    R, known, g, c = _row_effects(result, Z, groups)
     # d(b_k - z^T beta_z)/d eta, shape (n, K-1, m): -z for beta_z, the threshold Jacobian
-    # for theta, 0 for tau.
-    Jb = thresholds_jacobian(eta[d:-1])
+    # for theta, 0 for lambda.
+    Jb = thresholds_jacobian(eta[d:d + b.shape[0]])
     n, k1 = Z.shape[0], b.shape[0]
     grad = jnp.concatenate([jnp.broadcast_to(-Z[:, None, :], (n, k1, d)),
                             jnp.broadcast_to(Jb[None], (n, k1, k1)),
-                            jnp.zeros((n, k1, 1), eta.dtype)], axis=2)
+                            jnp.zeros((n, k1, eta.shape[0] - d - k1), eta.dtype)], axis=2)
     fixed_var = jnp.einsum("nkm,ml,nkl->nk", grad, cov, grad)
-    # Known group: Var(a - u_j) = Var(a) - 2 Cov(a, u_j) + Var(u_j); new group: + tau^2.
-    cross = jnp.einsum("nkm,nm->nk", grad, result.effects_cross[g])
-    known_var = fixed_var - 2.0 * cross + result.effects_var[g][:, None]
-    margin_var = jnp.where(known[:, None], known_var, fixed_var + tau * tau)
-    return Z @ beta_z + u, b, jnp.maximum(margin_var, 0.0)
+    # Known group: Var(a - c) = Var(a) - 2 Cov(a, c) + Var(c), c = r^T u_j; new group: + r^T Sigma r.
+    cross = jnp.einsum("nkm,np,npm->nk", grad, R, result.effects_cross[g])
+    var_c = jnp.einsum("np,npq,nq->n", R, result.effects_cov[g], R)
+    known_var = fixed_var - 2.0 * cross + var_c[:, None]
+    new_var = fixed_var + jnp.sum((R @ Lam) ** 2, axis=1)[:, None]
+    margin_var = jnp.where(known[:, None], known_var, new_var)
+    return Z @ beta_z + c, b, jnp.maximum(margin_var, 0.0)
 
 
 @jax.jit
@@ -374,7 +489,7 @@ def predict_mixed(result: MixedResult, X, groups) -> MixedPrediction:
         result: a :class:`MixedResult`.
         X: fixed-effect columns, shape (n, d), on the scale the model was fitted on.
         groups: each row's group code 0..q-1, or -1 for a group the fit has not seen
-            (integrated over the group distribution ``N(0, tau^2)``), shape (n,).
+            (integrated over the group distribution ``N(0, Sigma)``), shape (n,).
 
     Returns:
         :class:`MixedPrediction`; see the module docstring for the formulas.
@@ -391,35 +506,34 @@ def predict_mixed(result: MixedResult, X, groups) -> MixedPrediction:
 def sample_class_probs_mixed(result: MixedResult, X, groups, key, *, n_draws: int = 200):
     """Class probabilities under posterior draws, shape (n_draws, n, K).
 
-    Each draw takes ``eta`` from its Laplace posterior and each row's group effect from
-    its conditional Gaussian given that ``eta`` (the joint Gaussian of the module docstring);
-    a row of a new group (code -1) gets the probabilities integrated over ``N(0, tau_s^2)``
-    with the drawn ``tau_s`` (:func:`bayesord._likelihood.log_predictive_probs`).
+    Each draw takes ``eta`` from its Laplace posterior and each row's group term ``r^T u_j``
+    from its conditional Gaussian given that ``eta`` (the joint Gaussian of the module
+    docstring); a row of a new group (code -1) gets the probabilities integrated over
+    ``N(0, r^T Sigma_s r)`` with the drawn ``Sigma_s`` (:func:`bayesord._likelihood.log_predictive_probs`).
     Their spread is the posterior uncertainty of the class probabilities.
     """
     link = result.config.link
     eta, cov = result.eta, result.eta_cov
-    d = result.coef.shape[0]
+    d, p = result.coef.shape[0], result.config.n_effects
     Z = (jnp.asarray(X, eta.dtype) - result.center) / result.scale
     groups = jnp.asarray(groups, jnp.int32)
-    known = groups >= 0
-    g = jnp.where(known, groups, 0)
+    R, known, g, c = _row_effects(result, Z, groups)
     L, ok = safe_cholesky(cov)
     L = jnp.where(ok, L, jnp.nan)  # a failed factorisation shows as NaN draws, never as zeros
     k_eta, k_u = jax.random.split(key)
     e = jax.random.normal(k_eta, (n_draws, eta.shape[0]), eta.dtype) @ L.T
-    # u_j | eta = u*_j + C_j Sigma^{-1} (eta - eta*) + N(0, Var(u_j) - C_j Sigma^{-1} C_j^T).
-    C = result.effects_cross[g]
+    # c | eta = c* + C Sigma_eta^{-1} (eta - eta*) + N(0, Var(c) - C Sigma_eta^{-1} C^T).
+    C = jnp.einsum("np,npm->nm", R, result.effects_cross[g])
     gain = jax.scipy.linalg.cho_solve((L, True), C.T).T  # (n, m)
-    cond_var = jnp.maximum(result.effects_var[g] - jnp.sum(gain * C, axis=1), 0.0)
+    var_c = jnp.einsum("np,npq,nq->n", R, result.effects_cov[g], R)
+    cond_var = jnp.maximum(var_c - jnp.sum(gain * C, axis=1), 0.0)
     eps = jax.random.normal(k_u, (n_draws, Z.shape[0]), eta.dtype)
     one = jnp.ones((), eta.dtype)
 
     def one_draw(e_s, eps_s):
-        beta_z, b, tau = _unpack(eta + e_s, d)
-        u = result.effects[g] + gain @ e_s + jnp.sqrt(cond_var) * eps_s
-        mean = Z @ beta_z + jnp.where(known, u, 0.0)
-        var = jnp.where(known, 0.0, tau * tau)
+        beta_z, b, Lam = _unpack(eta + e_s, d, p)
+        mean = Z @ beta_z + jnp.where(known, c + gain @ e_s + jnp.sqrt(cond_var) * eps_s, 0.0)
+        var = jnp.where(known, 0.0, jnp.sum((R @ Lam) ** 2, axis=1))
         return jnp.exp(log_predictive_probs(mean, var, one, b, link)[0])
 
     return jax.vmap(one_draw)(e, eps)
@@ -429,13 +543,12 @@ def sample_class_probs_mixed(result: MixedResult, X, groups, key, *, n_draws: in
 def _plugin_proba(eta, result: MixedResult, X, groups):
     """Class probabilities at ``eta`` with each row's group effect at its conditional mode
     (0 for a new group), shape (n, K)."""
-    d = result.coef.shape[0]
-    beta_z, b, _ = _unpack(eta, d)
+    d, p = result.coef.shape[0], result.config.n_effects
+    beta_z, b, _ = _unpack(eta, d, p)
     Z = (X - result.center) / result.scale
-    known = groups >= 0
-    u = jnp.where(known, result.effects[jnp.where(known, groups, 0)], 0.0)
+    c = _row_effects(result, Z, groups)[3]
     one = jnp.ones((Z.shape[0],), eta.dtype)
-    return jnp.exp(log_class_probs(Z @ beta_z + u, one, b, result.config.link))
+    return jnp.exp(log_class_probs(Z @ beta_z + c, one, b, result.config.link))
 
 
 @jax.jit

@@ -3,7 +3,7 @@
 Two ways to use more than one device (``docs/scaleout.md`` has the guide):
 
 * **Rows over devices.**  :func:`fit_ordinal_probit` fits :class:`~bayesord.OrdinalProbit`
-  (and :func:`fit_ordinal_mixed` the random-intercept :class:`~bayesord.OrdinalMixed`)
+  (and :func:`fit_ordinal_mixed` the mixed model :class:`~bayesord.OrdinalMixed`)
   with its rows sharded over a 1-D mesh: each device holds ``n / devices`` rows, and per
   Newton or evidence step the devices exchange sums of size O(d^2) (the compiled programs'
   collectives are all-reduces of the Hessian, the gradient and a few scalars).  On the same
@@ -252,11 +252,11 @@ def fit_ordinal_probit(X, y, *, classes, sample_weight=None, mesh: Mesh | None =
 
 def fit_ordinal_mixed(X, y, groups, *, classes, group_levels, sample_weight=None,
                       mesh: Mesh | None = None, axis: str = "rows", **params) -> OrdinalMixed:
-    """Fit :class:`~bayesord.OrdinalMixed` (random intercepts) with its rows sharded over ``mesh``.
+    """Fit :class:`~bayesord.OrdinalMixed` (random intercepts, and slopes) with its rows sharded over ``mesh``.
 
     As :func:`fit_ordinal_probit`: every process passes the rows it holds, and all call it
     together.  A group's rows may lie on several processes.  Per Newton step of the
-    conditional modes the devices exchange sums of size O(q) (one per group), per outer step
+    conditional modes the devices exchange sums of size O(q p^2) (p group terms per group), per outer step
     O(m^2) for the m fixed parameters.  The returned estimator predicts, saves and
     summarises like ``OrdinalMixed(**params).fit`` on all the rows, and its fit equals that
     one to the solver's tolerance.
@@ -294,7 +294,7 @@ def fit_ordinal_mixed(X, y, groups, *, classes, group_levels, sample_weight=None
     if np.count_nonzero(used) < 2:
         raise ValueError("fewer than two groups have rows of positive weight; a group effect needs "
                          "at least two (fit OrdinalProbit for one)")
-    config = model._config(len(classes_), bucket_rows(levels.size))
+    config = model._config(len(classes_), bucket_rows(levels.size), X.shape[1], names)
     dtype = float_dtype()
     Xs, ys, gs, ws = _place_rows(mesh, _row_axis(mesh, axis), (X.astype(dtype), codes, g), sw.astype(dtype))
     program = program_for_rows(fit_mixed, Xs.shape[0] // mesh.shape[axis], ("config",))

@@ -2,9 +2,11 @@
 
 Part 1, agreement (needs ``../shared/datasets``): the two grouped data sets with both links,
 ``rating ~ temp + contact + (1 | judge)`` on ``wine`` and ``SURENESS ~ PROD + (1 | RESP)`` on
-``soup``, fitted by ``OrdinalMixed.from_formula`` and by ``clmm`` (Laplace, default settings)
+``soup``, and the same with a random slope (``(1 + temp | judge)``, ``(1 + PROD | RESP)``),
+fitted by ``OrdinalMixed.from_formula`` and by ``clmm`` (Laplace, default settings)
 through ``Rscript`` in the same run: largest difference in the estimates (fixed effects,
-thresholds, group sd), in their standard errors, and in the log-likelihood.
+thresholds, group sds and correlation), in the fixed effects' standard errors, and in the
+log-likelihood.
 
 Part 2, speed: a random-intercept probit with ``--rows`` rows (10^5), ``--groups`` groups
 (1,000) and ``--features`` covariates (10), simulated from the model.  bayesord's first fit in
@@ -17,7 +19,8 @@ numpyro's NUTS on the same model (one chain, ``--warmup`` and
 N(0, 2^2), group sd half-normal with scale 5), whose posterior mean of the group sd is
 compared with bayesord's estimate.
 
-Run: ``python benchmarks/mixed_bench.py`` (``--no-r`` or ``--no-nuts`` skip a peer; R with the
+Run: ``python benchmarks/mixed_bench.py`` (``--parts agreement`` or ``--parts speed`` runs one
+part; ``--no-r`` or ``--no-nuts`` skip a peer; R with the
 ``ordinal`` package: ``apt-get install r-base-core r-cran-ordinal``; numpyro:
 ``pip install numpyro``).  Prints tables and the ratios, writes
 ``benchmarks/results/mixed.json``.
@@ -46,8 +49,10 @@ jax.config.update("jax_enable_x64", True)
 from bayesord import OrdinalMixed  # noqa: E402
 from bayesord.datasets import _default_roots  # noqa: E402
 
-SETS = {"wine": ("rating ~ temp + contact + (1 | judge)", "rating", "judge"),
-        "soup": ("SURENESS ~ PROD + (1 | RESP)", "SURENESS", "RESP")}
+SETS = [("wine", "rating ~ temp + contact + (1 | judge)", "rating", "judge"),
+        ("soup", "SURENESS ~ PROD + (1 | RESP)", "SURENESS", "RESP"),
+        ("wine", "rating ~ temp + contact + (1 + temp | judge)", "rating", "judge"),
+        ("soup", "SURENESS ~ PROD + (1 + PROD | RESP)", "SURENESS", "RESP")]
 
 R_FIT = r"""
 suppressMessages(library(ordinal))
@@ -62,11 +67,15 @@ k <- length(m$alpha)
 cat("seconds", secs, "\n")
 cat("thresholds", format(m$alpha, digits = 12), "\n")
 cat("coef", format(m$beta, digits = 12), "\n")
-cat("group_sd", format(attr(VarCorr(m)[[1]], "stddev"), digits = 12), "\n")
+vc <- VarCorr(m)[[1]]
+cat("group_sd", format(attr(vc, "stddev"), digits = 12), "\n")
+cr <- attr(vc, "correlation")
+# The correlations below the diagonal, row by row (bayesord's order).
+cat("group_corr", if (is.null(cr)) "" else format(t(cr)[upper.tri(cr)], digits = 12), "\n")
 cat("loglik", format(as.numeric(logLik(m)), digits = 12), "\n")
 se <- sqrt(diag(vcov(m)))
 cat("thresholds_se", format(se[1:k], digits = 12), "\n")
-cat("coef_se", format(se[(k + 1):(length(se) - 1)], digits = 12), "\n")
+cat("coef_se", format(se[(k + 1):(k + length(m$beta))], digits = 12), "\n")
 """
 
 
@@ -87,21 +96,24 @@ def run_clmm(frame, formula, response, group, link, workdir, timeout=None):
         key, *rest = line.split()
         values[key] = np.array([float(v) for v in rest])
     values["seconds"] = float(values["seconds"][0])
-    values["group_sd"] = float(values["group_sd"][0])
     values["loglik"] = float(values["loglik"][0])
     return values
 
 
 def ours(model):
     se = np.sqrt(np.diag(model.cov_))
-    d = len(model.coef_)
-    return {"coef": model.coef_, "thresholds": model.thresholds_, "group_sd": model.group_sd_,
-            "loglik": model.loglik_, "coef_se": se[:d], "thresholds_se": se[d:-1]}
+    d, k1 = len(model.coef_), len(model.thresholds_)
+    sd = np.asarray(model.result_.group_sd)
+    rows, cols = np.tril_indices(len(sd), -1)
+    return {"coef": model.coef_, "thresholds": model.thresholds_, "group_sd": sd,
+            "group_corr": np.asarray(model.group_cov_)[rows, cols] / (sd[rows] * sd[cols]),
+            "loglik": model.loglik_, "coef_se": se[:d], "thresholds_se": se[d:d + k1]}
 
 
 def differences(a, b):
     est = max(np.max(np.abs(a["coef"] - b["coef"])), np.max(np.abs(a["thresholds"] - b["thresholds"])),
-              abs(a["group_sd"] - b["group_sd"]))
+              np.max(np.abs(a["group_sd"] - b["group_sd"])),
+              np.max(np.abs(a["group_corr"] - b["group_corr"]), initial=0.0))
     se = max(np.max(np.abs(a["coef_se"] - b["coef_se"])), np.max(np.abs(a["thresholds_se"] - b["thresholds_se"])))
     return float(est), float(se), float(abs(a["loglik"] - b["loglik"]))
 
@@ -112,7 +124,7 @@ def agreement(use_r, workdir):
         print("part 1 skipped: no ../shared/datasets (wine.csv.gz, soup.csv.gz)")
         return []
     rows = []
-    for name, (formula, response, group) in SETS.items():
+    for name, formula, response, group in SETS:
         frame = pd.read_csv(roots[0] / f"{name}.csv.gz")
         for link in ("logit", "probit"):
             t0 = time.perf_counter()
@@ -121,9 +133,9 @@ def agreement(use_r, workdir):
             t0 = time.perf_counter()
             model = OrdinalMixed.from_formula(formula, frame, link=link)
             again = time.perf_counter() - t0
-            row = {"data": name, "link": link, "n": len(frame), "groups": frame[group].nunique(),
-                   "first_fit_s": first, "fit_s": again, "loglik": model.loglik_,
-                   "group_sd": model.group_sd_}
+            row = {"data": name, "group_term": formula.split("+ (")[-1][:-1], "link": link, "n": len(frame),
+                   "groups": frame[group].nunique(), "first_fit_s": first, "fit_s": again,
+                   "loglik": model.loglik_, "group_sd": float(model.result_.group_sd[0])}
             if use_r:
                 ref = run_clmm(frame, formula, response, group, link, workdir)
                 est, se, ll = differences(ours(model), ref)
@@ -131,7 +143,7 @@ def agreement(use_r, workdir):
                            abs_diff_loglik=ll, clmm_loglik=ref["loglik"])
             rows.append(row)
     print("\nPart 1: agreement with clmm (Laplace), the shared grouped data sets")
-    print_table(rows, ["data", "link", "n", "groups", "loglik", "group_sd", "max_abs_diff_estimate",
+    print_table(rows, ["data", "group_term", "link", "n", "groups", "loglik", "group_sd", "max_abs_diff_estimate",
                        "max_abs_diff_se", "abs_diff_loglik", "first_fit_s", "fit_s", "clmm_s"])
     return rows
 
@@ -227,7 +239,12 @@ def main(argv=None):
                              "reported as at least that time over bayesord's fit")
     parser.add_argument("--no-r", action="store_true")
     parser.add_argument("--no-nuts", action="store_true")
+    parser.add_argument("--parts", default="agreement,speed",
+                        help="comma-separated parts to run: agreement (part 1), speed (part 2)")
     args = parser.parse_args(argv)
+    parts = set(args.parts.split(","))
+    if not parts or not parts <= {"agreement", "speed"}:
+        parser.error(f"--parts takes agreement and/or speed, got {args.parts!r}")
     use_r = not args.no_r and shutil.which("Rscript") is not None
     if not args.no_r and not use_r:
         print("Rscript not found: the clmm columns are left out (apt-get install r-base-core r-cran-ordinal)")
@@ -239,8 +256,8 @@ def main(argv=None):
             print("numpyro not installed: the NUTS columns are left out (pip install numpyro)")
             use_nuts = False
     with tempfile.TemporaryDirectory() as workdir:
-        rows = agreement(use_r, workdir)
-        big = scale(args, use_r, use_nuts, workdir)
+        rows = agreement(use_r, workdir) if "agreement" in parts else []
+        big = scale(args, use_r, use_nuts, workdir) if "speed" in parts else None
     write_json("mixed", {"machine": machine(), "agreement": rows, "scale": big, "args": vars(args)})
 
 

@@ -212,11 +212,12 @@ def test_isbor_exchanges_per_block_products_and_memory_falls_with_devices():
     assert temp[4] < 0.3 * temp[1], temp
 
 
-@pytest.mark.parametrize("kind", ["auto", "explicit"])
-def test_mixed_model_over_devices_equals_the_single_device_fit(kind, tmp_path):
+@pytest.mark.parametrize("kind, slopes", [("auto", ()), ("explicit", ["b"])])
+def test_mixed_model_over_devices_equals_the_single_device_fit(kind, slopes, tmp_path):
     """Raw columns, text group labels, 1,003 rows over four devices (so a group's rows lie
     on several of them), and a listed group with no rows: the estimator's fit to the
-    solver's tolerance, the same predictions for known and new groups, and a model file."""
+    solver's tolerance, the same predictions for known and new groups, and a model file;
+    with a random intercept, and with a random slope too."""
     from bayesord import OrdinalMixed
 
     X, y = _raw_data(1003, d=3, seed=2)
@@ -225,10 +226,10 @@ def test_mixed_model_over_devices_equals_the_single_device_fit(kind, tmp_path):
     y = np.clip(y + (rng.normal(size=30)[g] > 0.5), 0, 3)  # a group effect
     names = np.array([f"site{j:02d}" for j in range(31)])
     frame = pd.DataFrame(X, columns=["a", "b", "c"])
-    ref = OrdinalMixed(link="logit").fit(frame, y, names[g])
+    ref = OrdinalMixed(link="logit", random_slopes=slopes).fit(frame, y, names[g])
     model = distributed.fit_ordinal_mixed(frame, y, names[g], classes=[0, 1, 2, 3], group_levels=names,
-                                          mesh=_mesh(kind), link="logit")
-    assert model.converged_ and list(model.groups_) == list(names)
+                                          mesh=_mesh(kind), link="logit", random_slopes=slopes)
+    assert model.converged_ and list(model.groups_) == list(names) and model.group_terms_[1:] == list(slopes)
     np.testing.assert_allclose(model.coef_, ref.coef_, rtol=1e-6)
     np.testing.assert_allclose(model.group_sd_, ref.group_sd_, rtol=1e-6)
     np.testing.assert_allclose(model.group_effects_[:30], ref.group_effects_, atol=1e-7)

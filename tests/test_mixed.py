@@ -251,8 +251,8 @@ def test_implicit_gradient_matches_finite_differences(small):
     res = model.result_
     Z = (X - res.center) / res.scale
     q = len(np.unique(g))
-    args = (jnp.asarray(Z), jnp.asarray(y, jnp.int32), jnp.asarray(g, jnp.int32), jnp.ones(len(y)),
-            jnp.zeros(q), 1e-12, "probit", q, 50)
+    args = (jnp.asarray(Z), jnp.ones((len(y), 1)), jnp.asarray(y, jnp.int32), jnp.asarray(g, jnp.int32),
+            jnp.ones(len(y)), jnp.zeros((q, 1)), 1e-12, "probit", q, 50)
     eta = jnp.asarray(res.eta) + jnp.array([0.2, -0.1, 0.1, 0.05, 0.3])  # away from the optimum
 
     def value(e):
@@ -274,8 +274,9 @@ def test_without_group_variance_it_is_the_fixed_effects_likelihood(small):
     theta = np.array([-0.4, np.log(0.9)])
     beta = np.array([0.7, -0.2])
     eta = jnp.asarray(np.r_[beta, theta, 0.0])
-    ours = _laplace_loglik(eta, jnp.asarray(X), jnp.asarray(y, jnp.int32), jnp.asarray(g, jnp.int32),
-                           jnp.ones(len(y)), jnp.zeros(q), 1e-12, "probit", q, 50)[0]
+    ours = _laplace_loglik(eta, jnp.asarray(X), jnp.ones((len(y), 1)), jnp.asarray(y, jnp.int32),
+                           jnp.asarray(g, jnp.int32), jnp.ones(len(y)), jnp.zeros((q, 1)), 1e-12, "probit", q,
+                           50)[0]
     theirs = OrderedModel(y, X, distr="probit").loglike(np.r_[beta, theta])
     assert float(ours) == pytest.approx(theirs, rel=1e-12)
 
@@ -318,8 +319,7 @@ def test_predictive_probabilities_integrate_the_joint_gaussian(small):
     for i, j in enumerate(groups):
         if j >= 0:
             mean = np.r_[res.eta, res.effects[j]]
-            cov = np.block([[res.eta_cov, res.effects_cross[j][:, None]],
-                            [res.effects_cross[j][None, :], np.array([[res.effects_var[j]]])]])
+            cov = np.block([[res.eta_cov, res.effects_cross[j].T], [res.effects_cross[j], res.effects_cov[j]]])
         else:
             mean, cov = np.r_[res.eta, 0.0], np.zeros((m + 1, m + 1))
             cov[:m, :m] = res.eta_cov
@@ -412,7 +412,8 @@ def test_marginal_changes_of_dummies(wine_logit, datasets_dir):
 @pytest.mark.parametrize("formula, message", [
     ("rating ~ temp + contact", "exactly one group term"),
     ("rating ~ temp + (1 | judge) + (1 | bottle)", "exactly one group term"),
-    ("rating ~ temp + (temp | judge)", "random slopes"),
+    ("rating ~ temp + (1 + contact | judge)", "need the same terms among the fixed effects"),
+    ("rating ~ temp + (0 + temp | judge)", "must keep its intercept"),
     ("rating ~ temp + (1 | judge + bottle)", "one column name"),
     ("rating temp (1 | judge)", "one '~'"),
     ("rating ~ temp + (1 | referee)", "'referee', which the data do not have"),
@@ -458,7 +459,7 @@ def test_functional_config_is_checked():
         MixedConfig(n_classes=3, n_groups=2, link="identity")
     X, y, g = _simulate(n_groups=4, per_group=5)
     res = fit_mixed(X, y, g, np.ones(len(y)), 1e-8, config=MixedConfig(n_classes=3, n_groups=4))
-    assert bool(res.converged) and res.effects.shape == (4,)
+    assert bool(res.converged) and res.effects.shape == (4, 1)
 
 
 # ---------------------------------------------------------------- recovery (slow)

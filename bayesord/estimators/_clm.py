@@ -182,7 +182,7 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         for name in ("location", "nominal", "scale"):
             if name in params:
                 raise TypeError(f"from_formula takes the columns from its formulas; do not pass {name}=")
-        response, fixed, _ = split_formula(formula, group_term=False)
+        response, fixed, _, _ = split_formula(formula, group_term=False)
         check_formula_data(formula, data, response)
         parts = {"location": design_matrix(fixed, data)}
         for name, extra in (("nominal", nominal), ("scale", scale)):

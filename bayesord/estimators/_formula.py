@@ -1,4 +1,4 @@
-"""Formulas for the estimators: R-like terms through formulaic, plus lme4's ``(1 | group)``."""
+"""Formulas for the estimators: R-like terms through formulaic, plus lme4's ``(1 + x | group)``."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import re
 import warnings
 
 __all__ = ["SavedCoding", "check_formula_data", "coding_state", "design_matrix", "formula_rows",
-           "has_group_term", "split_formula"]
+           "has_group_term", "slope_columns", "split_formula"]
 
-# ``(1 | group)``: a random-intercept term of a formula (lme4's notation, as ``clmm`` uses it).
+# ``(1 | group)``, ``(1 + x | group)``: a group term of a formula (lme4's notation, as ``clmm`` uses it).
 _GROUP_TERM = re.compile(r"\(\s*([^()|]*?)\s*\|\s*([^()|]*?)\s*\)")
 
 
@@ -31,10 +31,12 @@ def check_formula_data(formula, data, *columns):
 
 
 def split_formula(formula, group_term=True):
-    """``"y ~ a + b + (1 | g)"`` -> ``("y", "a + b", "g")``.
+    """``"y ~ a + b + (1 + a | g)"`` -> ``("y", "a + b", "g", "a")``.
 
-    With ``group_term`` the formula must have exactly one ``(1 | group)`` term; without, it
-    must have none (and the third value is None).
+    With ``group_term`` the formula must have exactly one ``(1 | group)`` or ``(1 + terms |
+    group)`` term (the fourth value is then its slope terms, or None); without, it must have
+    none (and the last two values are None).  As in lme4, ``(x | g)`` means ``(1 + x | g)``;
+    a group term without its intercept (``0 +`` or ``- 1``) is refused.
     """
     if not isinstance(formula, str):
         raise TypeError(f"formula must be a string such as 'rating ~ temp + contact', got "
@@ -48,19 +50,44 @@ def split_formula(formula, group_term=True):
     if not group_term:
         if terms:
             raise ValueError(f"formula {formula!r} has a group term; fit it with OrdinalMixed")
-        return lhs, rhs or "1", None
+        return lhs, rhs or "1", None, None
     if len(terms) != 1:
         raise ValueError(f"formula {formula!r} needs exactly one group term '(1 | group)'; "
                          f"found {len(terms)} (one grouping factor is supported)")
     expr, group = terms[0]
-    if expr != "1":
-        raise ValueError(f"formula {formula!r}: the group term must be '(1 | {group or 'group'})'; "
-                         f"random slopes ('({expr} | ...)') are not supported yet")
     if not group or not re.fullmatch(r"\w+", group):
         raise ValueError(f"formula {formula!r}: the group in '(1 | group)' must be one column name")
+    parts = [t.strip() for t in re.split(r"\+", expr)] if expr.strip() else [""]
+    if "" in parts or any(t in ("0", "-1") or t.startswith("-") or " - " in t for t in parts):
+        raise ValueError(f"formula {formula!r}: the group term '({expr} | {group})' must keep its "
+                         f"intercept and add slopes with '+', as '(1 | {group})' or '(1 + x | {group})'")
+    slopes = [t for t in parts if t != "1"]
     fixed = _GROUP_TERM.sub(" ", rhs)
     fixed = re.sub(r"\+\s*(?=\+|$)", "", fixed.strip()).strip().lstrip("+").strip() or "1"
-    return lhs, fixed, group
+    return lhs, fixed, group, " + ".join(slopes) or None
+
+
+def slope_columns(formula, slope_terms, data, fixed_columns):
+    """The columns of the fixed design (``fixed_columns``) that the group term's slope terms
+    code, e.g. ``["temp[T.warm]"]`` for ``(1 + temp | judge)``; ``[]`` for None.
+
+    Raises:
+        ValueError: a slope term that codes a column the fixed terms do not have.
+    """
+    if slope_terms is None:
+        return []
+    from formulaic import model_matrix
+    from formulaic.errors import FactorEvaluationError
+
+    try:
+        columns = [c for c in model_matrix(slope_terms, data).columns if c != "Intercept"]
+    except FactorEvaluationError as err:
+        raise ValueError(f"the formula's group term names something the data does not have: {err}") from None
+    missing = [c for c in columns if c not in fixed_columns]
+    if missing:
+        raise ValueError(f"formula {formula!r}: the random slopes {missing} need the same terms among the "
+                         f"fixed effects (add '{slope_terms}' before the group term)")
+    return columns
 
 
 # A categorical factor a saved coding can rebuild: a column, or ``C(column)``.

@@ -1,4 +1,4 @@
-"""``OrdinalMixed``: the random-intercept ordinal model (R's ``clmm``) as an estimator, with formulas."""
+"""``OrdinalMixed``: the ordinal mixed model (R's ``clmm``) as an estimator, with formulas."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from .._compile_cache import program_for_rows
 from .._mixed import (
     MixedConfig,
     MixedResult,
+    effects_on_user_scale,
     fit_mixed,
     marginal_effects_mixed,
     predict_mixed,
@@ -36,7 +37,7 @@ from ._base import (
     solver_tol,
     threshold_names,
 )
-from ._formula import check_formula_data, design_matrix, split_formula
+from ._formula import check_formula_data, design_matrix, slope_columns, split_formula
 from ._uncertainty import UncertaintyMixin
 
 __all__ = ["OrdinalMixed"]
@@ -80,25 +81,29 @@ class _GroupedRows:
 
 
 class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
-    """Ordinal regression with a random intercept per group (a cumulative link mixed model).
+    """Ordinal regression with random intercepts (and slopes) per group (a cumulative link mixed model).
 
-    ``P(y <= k | group j) = F(b_k - x^T beta - u_j)``, ``u_j ~ N(0, tau^2)``, with the
-    group effects integrated out by the Laplace approximation and ``(beta, b, tau)``
-    maximising it: the method and the estimates of R's ``ordinal::clmm``.  The posterior of
-    ``(beta, b, tau)`` is the Laplace Gaussian at that optimum, each group's effect has its
-    conditional mode and variance, and every probability integrates both (see
-    :mod:`bayesord._mixed`).  Rows of a group the fit has not seen are predicted for a new
-    group, integrated over ``N(0, tau^2)``.
+    ``P(y <= k | group j) = F(b_k - x^T beta - r^T u_j)``, ``u_j ~ N(0, Sigma)``, with
+    ``r = 1`` for a random intercept, or ``r = (1, x_s)`` when the columns ``x_s`` have random
+    slopes; the group effects are integrated out by the Laplace approximation and
+    ``(beta, b, Sigma)`` maximise it: the method and the estimates of R's ``ordinal::clmm``.
+    The posterior of ``(beta, b, Sigma)`` is the Laplace Gaussian at that optimum, each group's
+    effect has its conditional mode and covariance, and every probability integrates both
+    (see :mod:`bayesord._mixed`).  Rows of a group the fit has not seen are predicted for a
+    new group, integrated over ``N(0, Sigma)``.
 
-    Fit with arrays (``fit(X, y, groups)``) or with a formula
-    (:meth:`from_formula`, ``"rating ~ temp + contact + (1 | judge)"``).  One grouping factor
-    with a random intercept is supported; random slopes and several factors are not yet.
+    Fit with arrays (``fit(X, y, groups)``, slopes by ``random_slopes``) or with a formula
+    (:meth:`from_formula`, ``"rating ~ temp + contact + (1 | judge)"`` or ``(1 + temp |
+    judge)``).  One grouping factor is supported; several (crossed or nested) are not yet.
     Conformal prediction sets (:meth:`calibrate`, :meth:`predict_set`) take each row's group
     as the predictions do.
     A group with one row is allowed: its effect is then mostly the prior's (shrunk to 0).
 
     Args:
         link: "probit" (default), "logit", "cloglog", "loglog" or "cauchit".
+        random_slopes: the columns whose slopes vary by group, besides the random
+            intercept: indices, or names of a DataFrame's columns (default: none).
+            :meth:`from_formula` sets it from ``(1 + x | group)``.
         tol: relative tolerance of the Newton solves (default 1e-10 in float64, 1e-5 in
             float32).
         max_iter: cap on Newton iterations over ``(beta, b, tau)``.
@@ -115,9 +120,15 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         groups_: the group labels seen in fitting, in the order of ``group_effects_``.
         coef_: fixed effects, shape (d,).
         thresholds_: thresholds at ``x = 0``, shape (K-1,).
-        group_sd_: standard deviation of the group effects.
-        cov_: Laplace covariance of ``(coef_, thresholds_, group_sd_)``, shape (d+K, d+K).
-        group_effects_: conditional modes of the group effects, shape (q,).
+        group_terms_: names of the group effects: ``["(Intercept)"]`` and the slope columns.
+        group_cov_: covariance ``Sigma`` of the group effects (the intercept at ``x = 0``),
+            shape (p, p) for p group terms.
+        group_sd_: standard deviation of the random intercept (a float) for a random-intercept
+            model; of every group term, shape (p,), with random slopes.
+        cov_: Laplace covariance of ``(coef_, thresholds_, sds, correlations)``: the rows of
+            :meth:`summary`.
+        group_effects_: conditional modes of the group effects on the user's scale (as
+            ``clmm``'s ``ranef``), shape (q,), or (q, p) with random slopes.
         loglik_: the Laplace approximation of the marginal log-likelihood (``clmm``'s
             ``logLik``).
         n_iter_, converged_: Newton iterations and whether every solve met its tolerance.
@@ -136,16 +147,17 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         (2, 3)
     """
 
-    _format = "bayesord.OrdinalMixed/1"
+    _format = "bayesord.OrdinalMixed/2"
     _formula_attrs = ("formula_", "group_name_")
     _scale_sensitive = False  # the fit standardises the columns itself
     _one_class_hint = BAYES_ONE_CLASS_HINT
     _zero_weight_drops_row = True
     _min_features = 0  # "rating ~ (1 | judge)": thresholds and group effects only
 
-    def __init__(self, link="probit", tol=None, max_iter=100, max_inner=50, classes=None,
+    def __init__(self, link="probit", random_slopes=(), tol=None, max_iter=100, max_inner=50, classes=None,
                  n_draws=200, random_state=None, class_weight=None):
         self.link = link
+        self.random_slopes = random_slopes
         self.tol = tol
         self.max_iter = max_iter
         self.max_inner = max_inner
@@ -161,27 +173,59 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
 
         ``"response ~ terms + (1 | group)"``: the fixed-effect terms in formulaic's (R-like)
         syntax, text columns coded as treatment contrasts against their first level and
-        labelled ``name[T.level]``; the intercept is left to the thresholds.  The response
+        labelled ``name[T.level]``; the intercept is left to the thresholds.
+        ``(1 + x | group)`` adds random slopes for the columns the term ``x`` codes, which
+        must also be fixed terms (as in ``rating ~ temp + (1 + temp | judge)``).  The response
         may be numbers or an ordered pandas Categorical (text labels need ``classes=``).
         Predictions then take DataFrames with the same columns (the group column among them).
 
         Raises:
             ValueError: a malformed formula, a column the data lack, or bad data.
         """
-        response, fixed, group = split_formula(formula)
+        response, fixed, group, slope_terms = split_formula(formula)
         check_formula_data(formula, data, response, group)
         X, spec = design_matrix(fixed, data)
-        model = cls(**params)
+        if "random_slopes" in params:
+            raise TypeError("from_formula takes the random slopes from the formula's '(1 + x | group)', "
+                            "not from random_slopes=")
+        model = cls(random_slopes=slope_columns(formula, slope_terms, data, list(X.columns)), **params)
         model.fit(X, data[response], data[group], sample_weight=sample_weight)
         model.formula_ = formula
         model.group_name_ = group
         model._spec = spec
         return model
 
-    def _config(self, n_classes, n_groups):
+    def _config(self, n_classes, n_groups, d, names):
+        """The static configuration for ``d`` columns named ``names`` (None: unnamed)."""
         check_positive_ints(self, "max_iter", "max_inner", "n_draws")
         return MixedConfig(n_classes=n_classes, n_groups=n_groups, link=self.link,
-                           max_newton=int(self.max_iter), max_inner=int(self.max_inner))
+                           slopes=self._slope_indices(d, names), max_newton=int(self.max_iter),
+                           max_inner=int(self.max_inner))
+
+    def _slope_indices(self, d, names):
+        """``random_slopes`` as indices of the ``d`` columns named ``names``."""
+        slopes = self.random_slopes
+        if slopes is None or isinstance(slopes, (str, int, np.integer)):
+            raise TypeError(f"random_slopes must be a list of columns (indices or names), got {slopes!r}")
+        out = []
+        for col in slopes:
+            if isinstance(col, (int, np.integer)) and not isinstance(col, bool):
+                if not 0 <= col < d:
+                    raise ValueError(f"random_slopes names column {col}, but X has {d} columns")
+                out.append(int(col))
+            elif isinstance(col, str):
+                if names is None:
+                    raise ValueError(f"random_slopes names column {col!r}, but X has no column names "
+                                     "(pass a DataFrame, or give indices)")
+                if col not in list(names):
+                    raise ValueError(f"random_slopes names column {col!r}, which X does not have "
+                                     f"(columns: {list(names)})")
+                out.append(list(names).index(col))
+            else:
+                raise TypeError(f"random_slopes holds {col!r}: give column indices or names")
+        if len(set(out)) != len(out):
+            raise ValueError(f"random_slopes names a column twice: {list(slopes)!r}")
+        return tuple(out)
 
     @fresh_fit
     def fit(self, X, y, groups, sample_weight=None, classes=None):
@@ -216,7 +260,8 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
             raise ValueError(f"groups has {used.size} level with positive weight; a group effect needs "
                              "at least two groups (fit OrdinalProbit for one)")
         dtype = float_dtype()
-        config = self._config(len(self.classes_), bucket_rows(len(levels)))
+        config = self._config(len(self.classes_), bucket_rows(len(levels)), X.shape[1],
+                              getattr(self, "feature_names_in_", None))
         n = X.shape[0]
         X, codes, g, sw = pad_rows(bucket_rows(n), X.astype(dtype), codes, g.astype(np.int32),
                                    sw.astype(dtype))
@@ -228,8 +273,8 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         """Set the fitted attributes from a result whose group arrays are padded past
         ``len(levels)`` (the compiled program's bucket of groups)."""
         q = len(levels)
-        res = dataclasses.replace(res, effects=res.effects[:q], effects_cond_var=res.effects_cond_var[:q],
-                                  effects_var=res.effects_var[:q], effects_cross=res.effects_cross[:q])
+        res = dataclasses.replace(res, effects=res.effects[:q], effects_cond_cov=res.effects_cond_cov[:q],
+                                  effects_cov=res.effects_cov[:q], effects_cross=res.effects_cross[:q])
         self.groups_ = np.asarray(levels.tolist())  # numbers or text, as an ordinary dtype
         self.binary_columns_ = binary
         self._set_result(res)
@@ -240,17 +285,21 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
 
     def _set_result(self, res):
         self.result_ = res
-        d = res.coef.shape[0]
+        d, k1, p = res.coef.shape[0], res.thresholds.shape[0], res.config.n_effects
         self.coef_ = res.coef
+        names = self._coef_names()
+        self.group_terms_ = ["(Intercept)"] + [names[j] for j in res.config.slopes]
         self.thresholds_ = res.thresholds
-        self.group_sd_ = float(res.group_sd)
+        self.group_cov_ = res.group_cov
+        self.group_sd_ = float(res.group_sd[0]) if p == 1 else res.group_sd
         self.cov_ = res.cov
-        self.group_effects_ = res.effects
+        effects = np.asarray(effects_on_user_scale(res)[0])
+        self.group_effects_ = effects[:, 0] if p == 1 else effects
         self.loglik_ = float(res.loglik)
         self.n_iter_ = int(res.n_iter)
         self.converged_ = bool(res.converged)
         self.coef_cov_ = res.cov[:d, :d]
-        self.thresholds_cov_ = res.cov[d:-1, d:-1]
+        self.thresholds_cov_ = res.cov[d:d + k1, d:d + k1]
 
     # --------------------------------------------------------------- prediction
     def _group_labels(self, X, groups):
@@ -361,39 +410,66 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
     def summary(self, level=0.95):
         """Estimates, sds, central intervals, z and two-sided p-values (as ``clmm`` prints them).
 
-        Rows: the fixed effects, the thresholds, and the group sd.  The sd's interval is
-        normal on the log scale (so it stays positive), and its z and p are left empty: a
-        variance is tested against 0 on the boundary of its range, where the normal reference
-        does not hold; compare log-likelihoods with and without the group instead.
+        Rows: the fixed effects, the thresholds, the sd of each group term (``sd(judge)``, or
+        ``sd(judge: temp[T.warm])`` for a slope) and, with random slopes, their correlations
+        (``corr(judge: (Intercept), temp[T.warm])``).  An sd's interval is normal on the log
+        scale (so it stays positive) and a correlation's on Fisher's ``atanh`` scale (so it
+        stays in (-1, 1)); their z and p are left empty: a variance is tested against 0 on
+        the boundary of its range, where the normal reference does not hold; compare
+        log-likelihoods with and without the term instead.
         """
         from scipy.stats import norm
         from sklearn.utils.validation import check_is_fitted
 
         check_is_fitted(self, "coef_")
         group = self.group_name_ or "group"
-        names = self._coef_names() + threshold_names(self.classes_) + [f"sd({group})"]
-        mean = np.concatenate([self.coef_, self.thresholds_, [self.group_sd_]])
+        terms = self.group_terms_
+        p = len(terms)
+        sd_names = [f"sd({group})"] if p == 1 else [f"sd({group}: {t})" for t in terms]
+        rows, cols = np.tril_indices(p, -1)
+        corr_names = [f"corr({group}: {terms[j]}, {terms[i]})" for i, j in zip(rows, cols)]
+        res = self.result_
+        sd_group = np.asarray(res.group_sd)
+        corr = np.asarray(res.group_cov)[rows, cols] / (sd_group[rows] * sd_group[cols])
+        names = self._coef_names() + threshold_names(self.classes_) + sd_names + corr_names
+        mean = np.concatenate([self.coef_, self.thresholds_, sd_group, corr])
         sd = np.sqrt(np.diag(self.cov_))
+        n_fixed = len(mean) - p - len(corr)
         z = mean / sd
-        z[-1] = np.nan
+        z[n_fixed:] = np.nan
         table = posterior_table(names, mean, sd, level, z=z, p=2 * norm.sf(np.abs(z)))
-        # The sd's interval on the log scale (delta method there), so it stays positive.
-        half = norm.ppf(0.5 + level / 2) * sd[-1] / mean[-1]
-        table.iloc[-1, 2:4] = mean[-1] * np.exp([-half, half])
+        half = norm.ppf(0.5 + level / 2) * sd
+        # Each sd's interval by the delta method on the log scale, each correlation's on atanh.
+        sds = slice(n_fixed, n_fixed + p)
+        table.iloc[sds, 2] = mean[sds] * np.exp(-half[sds] / mean[sds])
+        table.iloc[sds, 3] = mean[sds] * np.exp(half[sds] / mean[sds])
+        cs = slice(n_fixed + p, None)
+        table.iloc[cs, 2] = np.tanh(np.arctanh(mean[cs]) - half[cs] / (1 - mean[cs] ** 2))
+        table.iloc[cs, 3] = np.tanh(np.arctanh(mean[cs]) + half[cs] / (1 - mean[cs] ** 2))
         return table
 
     def group_effects(self, level=0.95):
         """Each group's effect: conditional mode, posterior sd and central interval.
 
-        The table behind a caterpillar plot.  ``cond_sd`` is the sd given the estimated
-        ``(beta, b, tau)`` (``clmm``'s ``condVar``); ``sd`` adds their uncertainty.
+        The table behind a caterpillar plot, on the user's scale (as ``clmm``'s ``ranef``).
+        ``cond_sd`` is the sd given the estimated ``(beta, b, Sigma)`` (``clmm``'s
+        ``condVar``); ``sd`` adds their uncertainty.  Indexed by group, or by (group, term)
+        with random slopes.
         """
+        import pandas as pd
         from sklearn.utils.validation import check_is_fitted
 
         check_is_fitted(self, "group_effects_")
         res = self.result_
-        return posterior_table(list(self.groups_), res.effects, np.sqrt(res.effects_var), level,
-                               cond_sd=np.sqrt(res.effects_cond_var))
+        mode, cov = (np.asarray(a) for a in effects_on_user_scale(res))
+        T_cond = effects_on_user_scale(dataclasses.replace(res, effects_cov=res.effects_cond_cov))[1]
+        sd = np.sqrt(np.diagonal(cov, axis1=1, axis2=2)).ravel()
+        cond_sd = np.sqrt(np.diagonal(np.asarray(T_cond), axis1=1, axis2=2)).ravel()
+        if len(self.group_terms_) == 1:
+            index = list(self.groups_)
+        else:
+            index = pd.MultiIndex.from_product([list(self.groups_), self.group_terms_], names=["group", "term"])
+        return posterior_table(index, mode.ravel(), sd, level, cond_sd=cond_sd)
 
     def marginal_effects(self, X, groups=None, level=0.95):
         """Average marginal effects of each column on every class probability and on the
@@ -427,20 +503,23 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
             raise ValueError(f"group labels of dtype {arrays['groups_'].dtype} cannot be saved: use "
                              "numbers or text")
         config = self.result_.config
-        return arrays, {"config": {"n_groups": config.n_groups, "max_newton": config.max_newton,
-                                   "max_inner": config.max_inner}}
+        return arrays, {"config": {"n_groups": config.n_groups, "slopes": list(config.slopes),
+                                   "max_newton": config.max_newton, "max_inner": config.max_inner}}
 
     def _restore(self, arrays, meta):
         d, k = int(self.n_features_in_), len(self.classes_)
         q = len(arrays["groups_"])
-        m = d + k
         config = MixedConfig(n_classes=k, link=self.link, **meta["config"])
+        p = config.n_effects
+        m, n_nat = d + k - 1 + p * (p + 1) // 2, d + k - 1 + p + p * (p - 1) // 2
         res = MixedResult(config=config, **{name: arrays[f"result.{name}"] for name in _RESULT_ARRAYS})
         self._check_shapes(("result.coef", res.coef, (d,)), ("result.thresholds", res.thresholds, (k - 1,)),
-                           ("result.cov", res.cov, (m, m)), ("result.eta", res.eta, (m,)),
-                           ("result.eta_cov", res.eta_cov, (m, m)), ("result.effects", res.effects, (q,)),
-                           ("result.effects_var", res.effects_var, (q,)),
-                           ("result.effects_cross", res.effects_cross, (q, m)))
+                           ("result.group_cov", res.group_cov, (p, p)), ("result.group_sd", res.group_sd, (p,)),
+                           ("result.cov", res.cov, (n_nat, n_nat)), ("result.eta", res.eta, (m,)),
+                           ("result.eta_cov", res.eta_cov, (m, m)), ("result.effects", res.effects, (q, p)),
+                           ("result.effects_cond_cov", res.effects_cond_cov, (q, p, p)),
+                           ("result.effects_cov", res.effects_cov, (q, p, p)),
+                           ("result.effects_cross", res.effects_cross, (q, p, m)))
         self.groups_ = arrays["groups_"]
         self.binary_columns_ = np.asarray(arrays["binary_columns_"], bool)
         self._check_shapes(("binary_columns_", self.binary_columns_, (d,)))
@@ -450,7 +529,7 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         self._spec = None
 
 
-_RESULT_ARRAYS = ("coef", "thresholds", "group_sd", "cov", "center", "scale", "eta", "eta_cov",
-                  "effects", "effects_cond_var", "effects_var", "effects_cross", "loglik", "n_iter",
+_RESULT_ARRAYS = ("coef", "thresholds", "group_cov", "group_sd", "cov", "center", "scale", "eta", "eta_cov",
+                  "effects", "effects_cond_cov", "effects_cov", "effects_cross", "loglik", "n_iter",
                   "converged", "status")
 

@@ -141,7 +141,7 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         Returns:
             The fitted estimator.
         """
-        response, terms, _ = split_formula(formula, group_term=False)
+        response, terms, _, _ = split_formula(formula, group_term=False)
         check_formula_data(formula, data, response)
         X, spec = design_matrix(terms, data)
         model = cls(**params).fit(X, data[response], sample_weight=sample_weight)
