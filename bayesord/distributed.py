@@ -252,7 +252,8 @@ def fit_ordinal_probit(X, y, *, classes, sample_weight=None, mesh: Mesh | None =
 
 def fit_ordinal_mixed(X, y, groups, *, classes, group_levels, sample_weight=None,
                       mesh: Mesh | None = None, axis: str = "rows", **params) -> OrdinalMixed:
-    """Fit :class:`~bayesord.OrdinalMixed` (random intercepts, and slopes) with its rows sharded over ``mesh``.
+    """Fit :class:`~bayesord.OrdinalMixed` (one grouping factor: random intercepts, and slopes)
+    with its rows sharded over ``mesh``.
 
     As :func:`fit_ordinal_probit`: every process passes the rows it holds, and all call it
     together.  A group's rows may lie on several processes.  Per Newton step of the
@@ -264,7 +265,8 @@ def fit_ordinal_mixed(X, y, groups, *, classes, group_levels, sample_weight=None
     Args:
         X: this process's fixed-effect columns, (n_local, d) (d may be 0).
         y: their labels.
-        groups: their group labels, (n_local,).
+        groups: their group labels, (n_local,) (one grouping factor; several are fitted by
+            ``OrdinalMixed`` on one device).
         classes: every label in increasing order.
         group_levels: every group label, on every process the same list (it fixes each
             group's position; a process need not hold every group).

@@ -33,10 +33,11 @@ def check_formula_data(formula, data, *columns):
 def split_formula(formula, group_term=True):
     """``"y ~ a + b + (1 + a | g)"`` -> ``("y", "a + b", "g", "a")``.
 
-    With ``group_term`` the formula must have exactly one ``(1 | group)`` or ``(1 + terms |
-    group)`` term (the fourth value is then its slope terms, or None); without, it must have
-    none (and the last two values are None).  As in lme4, ``(x | g)`` means ``(1 + x | g)``;
-    a group term without its intercept (``0 +`` or ``- 1``) is refused.
+    With ``group_term`` the formula must have a ``(1 | group)`` or ``(1 + terms | group)``
+    term (the fourth value is then its slope terms, or None), or several random-intercept
+    terms ``(1 | g) + (1 | h)`` (the third value is then the tuple of their groups); without,
+    it must have none (and the last two values are None).  As in lme4, ``(x | g)`` means
+    ``(1 + x | g)``; a group term without its intercept (``0 +`` or ``- 1``) is refused.
     """
     if not isinstance(formula, str):
         raise TypeError(f"formula must be a string such as 'rating ~ temp + contact', got "
@@ -51,20 +52,26 @@ def split_formula(formula, group_term=True):
         if terms:
             raise ValueError(f"formula {formula!r} has a group term; fit it with OrdinalMixed")
         return lhs, rhs or "1", None, None
-    if len(terms) != 1:
-        raise ValueError(f"formula {formula!r} needs exactly one group term '(1 | group)'; "
-                         f"found {len(terms)} (one grouping factor is supported)")
-    expr, group = terms[0]
-    if not group or not re.fullmatch(r"\w+", group):
-        raise ValueError(f"formula {formula!r}: the group in '(1 | group)' must be one column name")
-    parts = [t.strip() for t in re.split(r"\+", expr)] if expr.strip() else [""]
-    if "" in parts or any(t in ("0", "-1") or t.startswith("-") or " - " in t for t in parts):
-        raise ValueError(f"formula {formula!r}: the group term '({expr} | {group})' must keep its "
-                         f"intercept and add slopes with '+', as '(1 | {group})' or '(1 + x | {group})'")
-    slopes = [t for t in parts if t != "1"]
+    if not terms:
+        raise ValueError(f"formula {formula!r} needs a group term such as '(1 | group)'")
+    groups, slopes = [], []
+    for expr, group in terms:
+        if not group or not re.fullmatch(r"\w+", group):
+            raise ValueError(f"formula {formula!r}: the group in '(1 | group)' must be one column name")
+        parts = [t.strip() for t in re.split(r"\+", expr)] if expr.strip() else [""]
+        if "" in parts or any(t in ("0", "-1") or t.startswith("-") or " - " in t for t in parts):
+            raise ValueError(f"formula {formula!r}: the group term '({expr} | {group})' must keep its "
+                             f"intercept and add slopes with '+', as '(1 | {group})' or '(1 + x | {group})'")
+        groups.append(group)
+        slopes += [t for t in parts if t != "1"]
+    if len(set(groups)) != len(groups):
+        raise ValueError(f"formula {formula!r} names a group twice; give each grouping factor one term")
+    if len(groups) > 1 and slopes:
+        raise ValueError(f"formula {formula!r}: random slopes go with one grouping factor; with several, "
+                         "each term must be '(1 | group)'")
     fixed = _GROUP_TERM.sub(" ", rhs)
     fixed = re.sub(r"\+\s*(?=\+|$)", "", fixed.strip()).strip().lstrip("+").strip() or "1"
-    return lhs, fixed, group, " + ".join(slopes) or None
+    return lhs, fixed, groups[0] if len(groups) == 1 else tuple(groups), " + ".join(slopes) or None
 
 
 def slope_columns(formula, slope_terms, data, fixed_columns):

@@ -47,20 +47,30 @@ def _fit_program(n_rows):
     return program_for_rows(fit_mixed, n_rows, ("config",))
 
 
-def _labels_of_groups(groups, n, what="groups"):
-    """A 1-D object array of group labels, checked for length and missing values."""
+def _labels_of_groups(groups, n, what="groups", factors=False):
+    """An object array of group labels, checked for length and missing values: 1-D, or with
+    ``factors`` also 2-D (one column per grouping factor)."""
     arr = np.asarray(getattr(groups, "to_numpy", lambda: groups)(), dtype=object)
-    if arr.ndim != 1:
-        raise ValueError(f"{what} must be 1-D (one label per row), got shape {arr.shape}")
+    if arr.ndim != 1 and not (factors and arr.ndim == 2 and arr.shape[1] >= 1):
+        shape = "1-D (one label per row)" + (", or 2-D (one column per grouping factor)" if factors else "")
+        raise ValueError(f"{what} must be {shape}, got shape {arr.shape}")
     if arr.shape[0] != n:
         raise ValueError(f"X and {what} have different lengths: {n} rows in X, {arr.shape[0]} in {what}")
     import pandas as pd
 
-    missing = np.flatnonzero(pd.isna(arr))
+    missing = np.flatnonzero(pd.isna(arr).reshape(n, -1).any(axis=1))
     if missing.size:
         raise ValueError(f"{what} has missing values at rows {missing[:5].tolist()}"
                          f"{' ...' if missing.size > 5 else ''}: every row needs a group")
     return arr
+
+
+def _factor_names(groups, n_factors):
+    """The grouping factors' names: a DataFrame's columns, else ``"group"`` for one factor and
+    ``"group0"``, ``"group1"``, ... for several."""
+    if hasattr(groups, "columns"):
+        return [str(c) for c in groups.columns]
+    return ["group"] if n_factors == 1 else [f"group{r}" for r in range(n_factors)]
 
 
 class _GroupedRows:
@@ -69,7 +79,8 @@ class _GroupedRows:
 
     def __init__(self, X, groups):
         self.X = X
-        self.groups = None if groups is None else _labels_of_groups(groups, np.shape(X)[0])
+        self.groups = None if groups is None else _labels_of_groups(groups, np.shape(X)[0], factors=True)
+        self.factor_names = list(map(str, groups.columns)) if hasattr(groups, "columns") else None
 
     @property
     def shape(self):
@@ -77,7 +88,9 @@ class _GroupedRows:
 
     def __getitem__(self, rows):
         X = self.X.iloc[rows] if hasattr(self.X, "iloc") else self.X[rows]
-        return _GroupedRows(X, None if self.groups is None else self.groups[rows])
+        part = _GroupedRows(X, None if self.groups is None else self.groups[rows])
+        part.factor_names = self.factor_names
+        return part
 
 
 class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
@@ -94,7 +107,9 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
 
     Fit with arrays (``fit(X, y, groups)``, slopes by ``random_slopes``) or with a formula
     (:meth:`from_formula`, ``"rating ~ temp + contact + (1 | judge)"`` or ``(1 + temp |
-    judge)``).  One grouping factor is supported; several (crossed or nested) are not yet.
+    judge)``).  Several grouping factors, crossed or nested, each with a random intercept,
+    come as a 2-D ``groups`` (one column per factor) or as several terms,
+    ``(1 | judge) + (1 | bottle)``; random slopes go with one factor.
     Conformal prediction sets (:meth:`calibrate`, :meth:`predict_set`) take each row's group
     as the predictions do.
     A group with one row is allowed: its effect is then mostly the prior's (shrunk to 0).
@@ -117,18 +132,23 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
 
     Attributes:
         classes_: labels in increasing order.
-        groups_: the group labels seen in fitting, in the order of ``group_effects_``.
+        groups_: the group labels seen in fitting, in the order of ``group_effects_`` (with
+            several factors, a list of them, one array per factor).
+        group_factors_: the grouping factors' names (the formula's or the DataFrame's
+            columns, else ``"group"``, or ``"group0"``, ``"group1"``, ...).
         coef_: fixed effects, shape (d,).
         thresholds_: thresholds at ``x = 0``, shape (K-1,).
         group_terms_: names of the group effects: ``["(Intercept)"]`` and the slope columns.
         group_cov_: covariance ``Sigma`` of the group effects (the intercept at ``x = 0``),
             shape (p, p) for p group terms.
         group_sd_: standard deviation of the random intercept (a float) for a random-intercept
-            model; of every group term, shape (p,), with random slopes.
+            model; of every group term, shape (p,), with random slopes; of every factor's
+            intercept, shape (R,), with several factors.
         cov_: Laplace covariance of ``(coef_, thresholds_, sds, correlations)``: the rows of
             :meth:`summary`.
         group_effects_: conditional modes of the group effects on the user's scale (as
-            ``clmm``'s ``ranef``), shape (q,), or (q, p) with random slopes.
+            ``clmm``'s ``ranef``), shape (q,), or (q, p) with random slopes; with several
+            factors a dict of factor name -> its levels' effects.
         loglik_: the Laplace approximation of the marginal log-likelihood (``clmm``'s
             ``logLik``).
         n_iter_, converged_: Newton iterations and whether every solve met its tolerance.
@@ -183,15 +203,18 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
             ValueError: a malformed formula, a column the data lack, or bad data.
         """
         response, fixed, group, slope_terms = split_formula(formula)
-        check_formula_data(formula, data, response, group)
+        factors = [group] if isinstance(group, str) else list(group)
+        check_formula_data(formula, data, response, *factors)
         X, spec = design_matrix(fixed, data)
         if "random_slopes" in params:
             raise TypeError("from_formula takes the random slopes from the formula's '(1 + x | group)', "
                             "not from random_slopes=")
         model = cls(random_slopes=slope_columns(formula, slope_terms, data, list(X.columns)), **params)
-        model.fit(X, data[response], data[group], sample_weight=sample_weight)
+        model.fit(X, data[response], data[group] if isinstance(group, str) else data[factors],
+                  sample_weight=sample_weight)
         model.formula_ = formula
-        model.group_name_ = group
+        model.group_name_ = group if isinstance(group, str) else factors
+        model.group_factors_ = factors
         model._spec = spec
         return model
 
@@ -249,33 +272,51 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
             ConvergenceWarning: an iteration cap was reached.
         """
         X, codes, sw = self._validate_fit(X, y, sample_weight, classes)
-        labels = _labels_of_groups(groups, X.shape[0])
-        try:
-            levels, g = np.unique(labels, return_inverse=True)
-        except TypeError:
-            raise TypeError("groups mixes labels that cannot be ordered (e.g. numbers and text): "
-                            "give one kind") from None
-        used = np.unique(g[sw > 0])
-        if used.size < 2:
-            raise ValueError(f"groups has {used.size} level with positive weight; a group effect needs "
-                             "at least two groups (fit OrdinalProbit for one)")
+        labels = _labels_of_groups(groups, X.shape[0], factors=True)
+        factors = _factor_names(groups, 1 if labels.ndim == 1 else labels.shape[1])
+        levels, g = [], []
+        for r, column in enumerate(labels.T if labels.ndim == 2 else [labels]):
+            what = "groups" if labels.ndim == 1 else f"groups column {factors[r]!r}"
+            try:
+                lv, gr = np.unique(column, return_inverse=True)
+            except TypeError:
+                raise TypeError(f"{what} mixes labels that cannot be ordered (e.g. numbers and text): "
+                                "give one kind") from None
+            used = np.unique(gr[sw > 0])
+            if used.size < 2:
+                raise ValueError(f"{what} has {used.size} level with positive weight; a group effect needs "
+                                 "at least two groups (fit OrdinalProbit for one)")
+            levels.append(lv)
+            g.append(gr.astype(np.int32))
+        several = len(levels) > 1
+        if several and self.random_slopes:
+            raise ValueError("random_slopes go with one grouping factor; with several, each has a random "
+                             "intercept only")
         dtype = float_dtype()
-        config = self._config(len(self.classes_), bucket_rows(len(levels)), X.shape[1],
-                              getattr(self, "feature_names_in_", None))
+        # One factor's levels are padded to a bucket (fewer programs); several factors' are not.
+        n_groups = tuple(len(lv) for lv in levels) if several else bucket_rows(len(levels[0]))
+        config = self._config(len(self.classes_), n_groups, X.shape[1], getattr(self, "feature_names_in_", None))
         n = X.shape[0]
-        X, codes, g, sw = pad_rows(bucket_rows(n), X.astype(dtype), codes, g.astype(np.int32),
-                                   sw.astype(dtype))
+        g = np.column_stack(g) if several else g[0]
+        X, codes, g, sw = pad_rows(bucket_rows(n), X.astype(dtype), codes, g, sw.astype(dtype))
         res = _fit_program(X.shape[0])(X, codes, g, sw, solver_tol(self.tol, dtype), config=config)
         check_status(res.status, "OrdinalMixed.fit")
-        return self._finish_fit(jax.tree_util.tree_map(np.asarray, res), levels, binary_columns(X[:n]))
+        return self._finish_fit(jax.tree_util.tree_map(np.asarray, res), levels if several else levels[0],
+                                binary_columns(X[:n]), factors)
 
-    def _finish_fit(self, res, levels, binary):
+    def _finish_fit(self, res, levels, binary, factors=None):
         """Set the fitted attributes from a result whose group arrays are padded past
-        ``len(levels)`` (the compiled program's bucket of groups)."""
-        q = len(levels)
-        res = dataclasses.replace(res, effects=res.effects[:q], effects_cond_cov=res.effects_cond_cov[:q],
-                                  effects_cov=res.effects_cov[:q], effects_cross=res.effects_cross[:q])
-        self.groups_ = np.asarray(levels.tolist())  # numbers or text, as an ordinary dtype
+        ``len(levels)`` (the compiled program's bucket of groups; one factor), or, for several
+        factors, from ``levels`` a list of each factor's levels."""
+        if isinstance(levels, list):
+            self.groups_ = [np.asarray(lv.tolist()) for lv in levels]
+        else:
+            q = len(levels)
+            res = dataclasses.replace(res, effects=res.effects[:q], effects_cond_cov=res.effects_cond_cov[:q],
+                                      effects_cov=res.effects_cov[:q], effects_cross=res.effects_cross[:q],
+                                      factor_cross_cov=res.factor_cross_cov[:q])
+            self.groups_ = np.asarray(levels.tolist())  # numbers or text, as an ordinary dtype
+        self.group_factors_ = factors or ["group"]
         self.binary_columns_ = binary
         self._set_result(res)
         self.formula_ = None
@@ -294,7 +335,13 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         self.group_sd_ = float(res.group_sd[0]) if p == 1 else res.group_sd
         self.cov_ = res.cov
         effects = np.asarray(effects_on_user_scale(res)[0])
-        self.group_effects_ = effects[:, 0] if p == 1 else effects
+        if len(res.config.levels) > 1:
+            self.group_sd_ = res.group_sd
+            starts = np.cumsum([0, *res.config.levels])
+            self.group_effects_ = {name: effects[a:b, 0] for name, a, b in
+                                   zip(self.group_factors_, starts[:-1], starts[1:])}
+        else:
+            self.group_effects_ = effects[:, 0] if p == 1 else effects
         self.loglik_ = float(res.loglik)
         self.n_iter_ = int(res.n_iter)
         self.converged_ = bool(res.converged)
@@ -303,28 +350,47 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
 
     # --------------------------------------------------------------- prediction
     def _group_labels(self, X, groups):
-        """``groups``, or for a formula model given None, the formula's group column of ``X``."""
+        """``groups``, or for a formula model given None, the formula's group column(s) of ``X``."""
         if isinstance(X, _GroupedRows):
+            if groups is None and X.groups is not None and X.factor_names is not None:
+                import pandas as pd
+
+                groups = pd.DataFrame(X.groups, columns=X.factor_names)
             X, groups = X.X, X.groups if groups is None else groups
         if groups is None:
             if getattr(self, "_spec", None) is None:
                 raise TypeError("predictions need each row's group: pass groups= (a label the fit has "
                                 "not seen predicts for a new group)")
             if hasattr(X, "columns"):  # anything else is refused by _validate_predict
-                if self.group_name_ not in X.columns:
-                    raise ValueError(f"the data have no column {self.group_name_!r} (the formula's "
+                names = [self.group_name_] if isinstance(self.group_name_, str) else self.group_name_
+                missing = [name for name in names if name not in X.columns]
+                if missing:
+                    raise ValueError(f"the data have no column {missing[0]!r} (the formula's "
                                      "group); add it, or pass groups=")
                 groups = X[self.group_name_]
         return X, groups
 
     def _inputs(self, X, groups):
-        """(X, group codes) for prediction: codes -1 for groups not seen in fitting."""
+        """(X, group codes) for prediction: codes -1 for levels not seen in fitting; shape (n,)
+        for one grouping factor, (n, R) for several."""
         X, groups = self._group_labels(X, groups)
         X = self._validate_predict(X)
-        labels = _labels_of_groups(groups, X.shape[0])
-        index = {level: j for j, level in enumerate(self.groups_.tolist())}
-        codes = np.fromiter((index.get(label, -1) for label in labels.tolist()), np.int32, len(labels))
-        return X.astype(float_dtype()), codes
+        levels = self.groups_ if isinstance(self.groups_, list) else [self.groups_]
+        if hasattr(groups, "columns") and len(levels) > 1:
+            unknown = [c for c in self.group_factors_ if c not in list(map(str, groups.columns))]
+            if not unknown:  # the factors' columns by name, in the fit's order
+                groups = groups[[c for c in groups.columns if str(c) in self.group_factors_]]
+                groups = groups[sorted(groups.columns, key=lambda c: self.group_factors_.index(str(c)))]
+        labels = _labels_of_groups(groups, X.shape[0], factors=len(levels) > 1)
+        if len(levels) > 1 and (labels.ndim != 2 or labels.shape[1] != len(levels)):
+            raise ValueError(f"groups needs one column per grouping factor ({len(levels)}: "
+                             f"{self.group_factors_}), got shape {labels.shape}")
+        columns = labels.T if labels.ndim == 2 else [labels]
+        codes = []
+        for lv, column in zip(levels, columns):
+            index = {level: j for j, level in enumerate(lv.tolist())}
+            codes.append(np.fromiter((index.get(label, -1) for label in column.tolist()), np.int32, len(column)))
+        return X.astype(float_dtype()), np.column_stack(codes) if len(levels) > 1 else codes[0]
 
     def _result(self):
         return jax.tree_util.tree_map(lambda a: np.asarray(a, float_dtype()), self.result_)
@@ -416,21 +482,27 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         scale (so it stays positive) and a correlation's on Fisher's ``atanh`` scale (so it
         stays in (-1, 1)); their z and p are left empty: a variance is tested against 0 on
         the boundary of its range, where the normal reference does not hold; compare
-        log-likelihoods with and without the term instead.
+        log-likelihoods with and without the term instead.  An sd fitted at 0 gets the
+        interval ``[0, z sd]``.  With several grouping factors the rows are ``sd(judge)``,
+        ``sd(bottle)``, ... and there are no correlations.
         """
         from scipy.stats import norm
         from sklearn.utils.validation import check_is_fitted
 
         check_is_fitted(self, "coef_")
-        group = self.group_name_ or "group"
-        terms = self.group_terms_
-        p = len(terms)
-        sd_names = [f"sd({group})"] if p == 1 else [f"sd({group}: {t})" for t in terms]
-        rows, cols = np.tril_indices(p, -1)
+        terms, factors = self.group_terms_, self.group_factors_
+        if len(factors) > 1:
+            sd_names = [f"sd({f})" for f in factors]
+            p = len(factors)
+        else:
+            p = len(terms)
+            sd_names = [f"sd({factors[0]})"] if p == 1 else [f"sd({factors[0]}: {t})" for t in terms]
+        group = factors[0]
+        rows, cols = np.tril_indices(p if len(factors) == 1 else 1, -1)
         corr_names = [f"corr({group}: {terms[j]}, {terms[i]})" for i, j in zip(rows, cols)]
         res = self.result_
         sd_group = np.asarray(res.group_sd)
-        corr = np.asarray(res.group_cov)[rows, cols] / (sd_group[rows] * sd_group[cols])
+        corr = np.asarray(res.group_cov)[rows, cols] / (sd_group[rows] * sd_group[cols]) if rows.size else rows
         names = self._coef_names() + threshold_names(self.classes_) + sd_names + corr_names
         mean = np.concatenate([self.coef_, self.thresholds_, sd_group, corr])
         sd = np.sqrt(np.diag(self.cov_))
@@ -440,9 +512,14 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         table = posterior_table(names, mean, sd, level, z=z, p=2 * norm.sf(np.abs(z)))
         half = norm.ppf(0.5 + level / 2) * sd
         # Each sd's interval by the delta method on the log scale, each correlation's on atanh.
+        # An sd fitted at 0 (the edge of its range; within 1e-8 of it relative to its sd) has
+        # no log scale: its interval is [0, z * sd].
         sds = slice(n_fixed, n_fixed + p)
-        table.iloc[sds, 2] = mean[sds] * np.exp(-half[sds] / mean[sds])
-        table.iloc[sds, 3] = mean[sds] * np.exp(half[sds] / mean[sds])
+        m, h = mean[sds], half[sds]
+        edge = m <= 1e-8 * np.maximum(h, 1.0)
+        ratio = np.where(edge, 0.0, h / np.where(edge, 1.0, m))
+        table.iloc[sds, 2] = np.where(edge, 0.0, m * np.exp(-ratio))
+        table.iloc[sds, 3] = np.where(edge, m + h, m * np.exp(np.minimum(ratio, 700.0)))
         cs = slice(n_fixed + p, None)
         table.iloc[cs, 2] = np.tanh(np.arctanh(mean[cs]) - half[cs] / (1 - mean[cs] ** 2))
         table.iloc[cs, 3] = np.tanh(np.arctanh(mean[cs]) + half[cs] / (1 - mean[cs] ** 2))
@@ -465,7 +542,10 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         T_cond = effects_on_user_scale(dataclasses.replace(res, effects_cov=res.effects_cond_cov))[1]
         sd = np.sqrt(np.diagonal(cov, axis1=1, axis2=2)).ravel()
         cond_sd = np.sqrt(np.diagonal(np.asarray(T_cond), axis1=1, axis2=2)).ravel()
-        if len(self.group_terms_) == 1:
+        if len(self.group_factors_) > 1:
+            index = pd.MultiIndex.from_tuples([(f, level) for f, lv in zip(self.group_factors_, self.groups_)
+                                               for level in lv.tolist()], names=["factor", "group"])
+        elif len(self.group_terms_) == 1:
             index = list(self.groups_)
         else:
             index = pd.MultiIndex.from_product([list(self.groups_), self.group_terms_], names=["group", "term"])
@@ -497,30 +577,46 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
     def _saved_state(self):
         fields = {k: getattr(self.result_, k) for k in _RESULT_ARRAYS}
         arrays = {f"result.{k}": np.asarray(v) for k, v in fields.items()}
-        arrays["groups_"] = np.asarray(self.groups_)
+        levels = self.groups_ if isinstance(self.groups_, list) else [self.groups_]
+        for r, lv in enumerate(levels):
+            arrays[f"groups_.{r}"] = np.asarray(lv)
+            if lv.dtype.kind not in "iufUb":
+                raise ValueError(f"group labels of dtype {lv.dtype} cannot be saved: use numbers or text")
         arrays["binary_columns_"] = np.asarray(self.binary_columns_)
-        if arrays["groups_"].dtype.kind not in "iufUb":
-            raise ValueError(f"group labels of dtype {arrays['groups_'].dtype} cannot be saved: use "
-                             "numbers or text")
         config = self.result_.config
-        return arrays, {"config": {"n_groups": config.n_groups, "slopes": list(config.slopes),
-                                   "max_newton": config.max_newton, "max_inner": config.max_inner}}
+        n_groups = list(config.n_groups) if isinstance(config.n_groups, tuple) else config.n_groups
+        return arrays, {"config": {"n_groups": n_groups, "slopes": list(config.slopes),
+                                   "max_newton": config.max_newton, "max_inner": config.max_inner},
+                        "group_factors": list(self.group_factors_)}
 
     def _restore(self, arrays, meta):
         d, k = int(self.n_features_in_), len(self.classes_)
-        q = len(arrays["groups_"])
-        config = MixedConfig(n_classes=k, link=self.link, **meta["config"])
-        p = config.n_effects
-        m, n_nat = d + k - 1 + p * (p + 1) // 2, d + k - 1 + p + p * (p - 1) // 2
+        factors = list(meta["group_factors"])
+        levels = [arrays[f"groups_.{r}"] for r in range(len(factors))]
+        settings = dict(meta["config"])
+        if isinstance(settings["n_groups"], list):
+            settings["n_groups"] = tuple(settings["n_groups"])
+        config = MixedConfig(n_classes=k, link=self.link, **settings)
+        q, p, n_fac = sum(len(lv) for lv in levels), config.n_effects, len(levels)
+        if n_fac != len(config.levels):
+            raise ValueError(f"{n_fac} grouping factors' levels for a model of {len(config.levels)}")
+        m = d + k - 1 + config.n_cov_params
+        n_nat = d + k - 1 + (p + p * (p - 1) // 2 if n_fac == 1 else n_fac)
+        n_sd = p if n_fac == 1 else n_fac
+        qb = q if n_fac == 1 else max(config.levels)
         res = MixedResult(config=config, **{name: arrays[f"result.{name}"] for name in _RESULT_ARRAYS})
         self._check_shapes(("result.coef", res.coef, (d,)), ("result.thresholds", res.thresholds, (k - 1,)),
-                           ("result.group_cov", res.group_cov, (p, p)), ("result.group_sd", res.group_sd, (p,)),
+                           ("result.group_cov", res.group_cov, (n_sd, n_sd)),
+                           ("result.group_sd", res.group_sd, (n_sd,)),
                            ("result.cov", res.cov, (n_nat, n_nat)), ("result.eta", res.eta, (m,)),
                            ("result.eta_cov", res.eta_cov, (m, m)), ("result.effects", res.effects, (q, p)),
                            ("result.effects_cond_cov", res.effects_cond_cov, (q, p, p)),
                            ("result.effects_cov", res.effects_cov, (q, p, p)),
-                           ("result.effects_cross", res.effects_cross, (q, p, m)))
-        self.groups_ = arrays["groups_"]
+                           ("result.effects_cross", res.effects_cross, (q, p, m)),
+                           ("result.factor_cross_cov", res.factor_cross_cov, (qb, q - qb)),
+                           ("result.factor_rest_cov", res.factor_rest_cov, (q - qb, q - qb)))
+        self.groups_ = levels if n_fac > 1 else levels[0]
+        self.group_factors_ = factors
         self.binary_columns_ = np.asarray(arrays["binary_columns_"], bool)
         self._check_shapes(("binary_columns_", self.binary_columns_, (d,)))
         self._set_result(res)
@@ -530,6 +626,6 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
 
 
 _RESULT_ARRAYS = ("coef", "thresholds", "group_cov", "group_sd", "cov", "center", "scale", "eta", "eta_cov",
-                  "effects", "effects_cond_cov", "effects_cov", "effects_cross", "loglik", "n_iter",
-                  "converged", "status")
+                  "effects", "effects_cond_cov", "effects_cov", "effects_cross", "factor_cross_cov",
+                  "factor_rest_cov", "loglik", "n_iter", "converged", "status")
 
