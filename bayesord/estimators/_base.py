@@ -14,6 +14,7 @@ import inspect
 import json
 import numbers
 import os
+import sys
 import zipfile
 import zlib
 
@@ -81,6 +82,38 @@ class OrdinalEstimator(BaseEstimator):
     _one_class_hint = ("Standardise the columns, and try a weaker penalty (a larger C) or, for a "
                        "kernel, a width on the data's scale (gamma='scale'); a fit that stopped early "
                        "(converged_ False) can do this too.")
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        for name, kind in _LABELLED_OUTPUTS.items():
+            method = getattr(cls, name, None)
+            if method is not None and not getattr(method, "_labelled_output", False):
+                setattr(cls, name, _labelled_output(method, kind))
+
+    def set_output(self, *, transform=None):
+        """Choose what the prediction methods return: NumPy arrays (``"default"``) or pandas
+        objects labelled by class and indexed as ``X`` (``"pandas"``).
+
+        With ``"pandas"``: ``predict`` gives a Series; ``predict_proba`` a DataFrame with
+        columns ``P(y=<class>)``; ``predict_cumproba`` columns ``P(y<=<class>)``;
+        ``predict_proba_interval`` three such DataFrames (lower, upper, sd);
+        ``predict_expected`` a Series; ``predict_set`` a DataFrame with columns ``lower`` and
+        ``upper`` (for several alphas, columns ``(alpha, "lower")``, ``(alpha, "upper")``).
+        The index is ``X``'s when ``X`` is a DataFrame, else 0..n-1.  The setting belongs to
+        this object: ``clone`` and a saved model file do not keep it.  (The name and argument
+        are scikit-learn's, as on its transformers.)
+
+        Args:
+            transform: ``"pandas"``, ``"default"`` (NumPy), or None (unchanged).
+
+        Returns:
+            self.
+        """
+        if transform not in (None, "default", "pandas"):
+            raise ValueError(f"set_output takes transform='pandas' or 'default', got {transform!r}")
+        if transform is not None:
+            self._output = transform
+        return self
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -377,6 +410,58 @@ def fresh_fit(fit):
         return out
 
     return wrapper
+
+
+# The prediction methods whose results set_output(transform="pandas") labels, and how.
+_LABELLED_OUTPUTS = {"predict": "labels", "predict_proba": "proba", "predict_cumproba": "cumproba",
+                     "predict_proba_interval": "interval", "predict_expected": "expected",
+                     "predict_set": "set"}
+
+
+def _labelled_output(method, kind):
+    """``method`` returning pandas objects (:meth:`OrdinalEstimator.set_output`) when the
+    estimator asks for them and the caller is not the library itself (its own calls, e.g.
+    ``predict`` reading ``predict_proba``, always get arrays)."""
+
+    @functools.wraps(method)
+    def wrapper(self, X, *args, **kwargs):
+        out = method(self, X, *args, **kwargs)
+        if getattr(self, "_output", "default") != "pandas":
+            return out
+        caller = sys._getframe(1).f_globals.get("__name__", "")
+        if caller == "bayesord" or caller.startswith("bayesord."):
+            return out
+        alpha = kwargs.get("alpha", args[0] if args else 0.1)
+        return _as_pandas(self, kind, out, X, alpha)
+
+    wrapper._labelled_output = True
+    return wrapper
+
+
+def _as_pandas(est, kind, out, X, alpha):
+    import pandas as pd
+
+    index = X.index if isinstance(getattr(X, "index", None), pd.Index) else None
+    classes = list(est.classes_)
+    proba_columns = [f"P(y={c})" for c in classes]
+    if kind == "labels":
+        return pd.Series(out, index=index, name="prediction")
+    if kind == "expected":
+        return pd.Series(out, index=index, name="E[y]")
+    if kind == "proba":
+        return pd.DataFrame(out, index=index, columns=proba_columns)
+    if kind == "cumproba":
+        return pd.DataFrame(out, index=index, columns=[f"P(y<={c})" for c in classes[:-1]])
+    if kind == "interval":
+        return tuple(pd.DataFrame(part, index=index, columns=proba_columns) for part in out)
+    lower, upper = (np.asarray(part) for part in out)
+    if lower.ndim == 1:
+        return pd.DataFrame({"lower": lower, "upper": upper}, index=index)
+    alphas = np.atleast_1d(np.asarray(alpha, float)).tolist()
+    columns = pd.MultiIndex.from_tuples([(a, side) for a in alphas for side in ("lower", "upper")],
+                                        names=["alpha", "bound"])
+    return pd.DataFrame(np.stack([lower, upper], axis=2).reshape(lower.shape[0], -1).tolist(),
+                        index=index, columns=columns)
 
 
 # True inside internal_fits(): the library's own refits (cross-fitting, bootstrap draws).
