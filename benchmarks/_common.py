@@ -37,7 +37,7 @@ def machine():
 
 
 def print_table(rows, columns):
-    widths = [max(len(c), *(len(_fmt(r.get(c))) for r in rows)) for c in columns]
+    widths = [max([len(c)] + [len(_fmt(r.get(c))) for r in rows]) for c in columns]
     print("  ".join(c.rjust(w) for c, w in zip(columns, widths)))
     for r in rows:
         print("  ".join(_fmt(r.get(c)).rjust(w) for c, w in zip(columns, widths)))

@@ -316,12 +316,23 @@ def test_nystroem_with_all_landmarks_equals_exact():
     np.testing.assert_allclose(ny.primal, ex.primal, rtol=1e-3)
 
 
-def test_capacity_reached_is_a_status_not_a_crash():
+def test_a_full_working_set_is_aggregated_and_reaches_the_same_optimum():
+    """With 3 slots (the trivial constraint, the aggregate and the newest) the fit folds its
+    working set many times and still ends eps-optimal: its primal objective and the
+    100-slot fit's lie within C eps of each other, and each is within 1.1 C eps of its own
+    dual lower bound; the 100-slot fit never aggregates here."""
     X, codes = shared_problem(15, noise=3.0)
-    res = fit_rankpairs_linear(jnp.asarray(X), jnp.asarray(codes), jnp.ones(N_SHARED), 100.0, 1e-4,
-                               RankPairsConfig(n_ranks=R_SHARED, capacity=3))
-    assert res.status == Status.CAPACITY_REACHED and not res.converged
-    assert np.all(np.isfinite(np.asarray(res.coef)))
+    C, eps = 100.0, 1e-4
+    args = (jnp.asarray(X), jnp.asarray(codes), jnp.ones(N_SHARED), C, eps)
+    small = fit_rankpairs_linear(*args, RankPairsConfig(n_ranks=R_SHARED, capacity=3, max_iter=5000))
+    large = fit_rankpairs_linear(*args, RankPairsConfig(n_ranks=R_SHARED, capacity=100))
+    assert small.converged and large.converged
+    assert int(small.n_aggregated) > 10 and int(large.n_aggregated) == 0
+    assert abs(float(small.primal) - float(large.primal)) <= C * eps
+    for res in (small, large):
+        assert float(res.primal) - float(res.dual) <= 1.1 * C * eps
+    with pytest.raises(ValueError, match="capacity must be at least 3"):
+        RankPairsConfig(n_ranks=3, capacity=2)
 
 
 def test_all_tied_scores():

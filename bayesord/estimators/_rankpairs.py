@@ -51,11 +51,13 @@ class SwappedPairsSVM(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
             ``"herbrich"`` (Herbrich's pairwise SVM on ``n_partners`` random partners of a
             different rank per row: the Herbrich₅ baseline).
         n_partners: partners per row for ``pairs="herbrich"``.
-        capacity: working-set slots (the trivial constraint included); when all are
-            active the fit stops with a ConvergenceWarning.  Each cutting-plane step solves
-            a QP over all the slots, so its cost grows with the cube of ``capacity``: on
-            ``tae`` (120 rows, 54 columns) the fit needs 400 slots to converge, and takes
-            about 80 times as long as the 100-slot fit that stops full.
+        capacity: working-set slots (the trivial constraint included, at least 3).  When
+            all are active, the active constraints are folded into one (their combination
+            weighted by the dual solution, which keeps the solution) and the fit goes on.
+            Each cutting-plane step solves a QP over all the slots, so its cost grows with
+            the cube of ``capacity``: on ``tae`` (151 rows, 54 columns, standardised) 100 slots
+            fold three times and reach the 400-slot fit's objective to 2e-4 relative, in
+            0.22 s against 6.1 s (compiled, float64).
         max_iter: cap on cutting-plane iterations.
         counting: ``"auto"``, ``"classes"`` (O(n log n + n r)) or ``"bits"``
             (O(n log n ⌈log₂ r⌉)): how violated pairs are counted.
@@ -122,7 +124,7 @@ class SwappedPairsSVM(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
                               ("kernel_approx", ("auto", "exact", "nystroem"))):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
-        for name, low in (("capacity", 2), ("max_iter", 1), ("n_partners", 1), ("n_components", 1),
+        for name, low in (("capacity", 3), ("max_iter", 1), ("n_partners", 1), ("n_components", 1),
                           ("exact_max_samples", 1)):
             v = getattr(self, name)
             if not isinstance(v, numbers.Integral) or isinstance(v, bool) or v < low:
