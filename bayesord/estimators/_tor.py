@@ -128,7 +128,9 @@ class RedSVM(_RedSVMBase):
         fit_intercept: include the unregularised intercept ``b`` of Eq. (9).
         tol: relative duality-gap tolerance.  The default 1e-4 puts the objective within
             0.01% of its optimum (measurements in the docs' RED-SVM page).
-        max_iter: coordinate-descent epoch cap per intercept value.
+        max_iter: coordinate-descent epoch cap per intercept value (10,000: a fold of
+            ``tae``, 96 one-hot rows that are nearly separable, needed about 2,000 in one
+            solve, and 1,000 stopped it short; a converging solve stops at its tolerance).
         classes: the labels in increasing order (needed for string labels; ``fit(classes=...)``
             does the same, and the two must agree when both are given).
         random_state: seed for the coordinate order and landmark choice.
@@ -152,7 +154,7 @@ class RedSVM(_RedSVMBase):
     _bootstrap_params = ("coef_", "thresholds_")
 
     def __init__(self, C=1.0, loss="hinge", kernel="linear", gamma="scale", n_components=None,
-                 fit_intercept=True, tol=1e-4, max_iter=1000, classes=None, random_state=None):
+                 fit_intercept=True, tol=1e-4, max_iter=10000, classes=None, random_state=None):
         self.C = C
         self.loss = loss
         self.kernel = kernel
@@ -239,7 +241,7 @@ class TransductiveOrdinalRegression(_RedSVMBase):
                         "initialisation (Algorithm 2) hands out classes in the labeled class ratios")
 
     def __init__(self, C=1.0, loss="hinge", kernel="linear", gamma="scale", n_components=None,
-                 fit_intercept=True, tol=1e-4, max_iter=1000, c2_init=1e-5, c2_growth=2.0,
+                 fit_intercept=True, tol=1e-4, max_iter=10000, c2_init=1e-5, c2_growth=2.0,
                  max_retrains=5000, swap_rule="eq5", class_ratios=None, classes=None, random_state=None,
                  verbose=0):
         self.C = C
