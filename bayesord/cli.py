@@ -571,6 +571,8 @@ def _predict(args) -> int:
     names = None if getattr(model, "formula_", None) is not None else getattr(model, "feature_names_in_", None)
     frame = _feature_frame(args.data, args.target, names, "DATA")
     alphas = _parse_alphas(args.set)
+    if args.risk != "coverage" and alphas is None:
+        raise ValueError("--risk goes with --set ALPHA (it says what ALPHA bounds)")
     if (args.proba or args.uncertainty or alphas is not None) and not hasattr(model, "predict_proba"):
         raise ValueError(f"{args.model} holds a {type(model).__name__} that was fitted without "
                          "calibration, so it gives labels and scores only: fit it with --calibrate K "
@@ -594,7 +596,7 @@ def _predict(args) -> int:
             out["latent mean"] = mean
             out["latent sd"] = np.sqrt(var)
     if alphas is not None:
-        lower, upper = model.predict_set(frame, alphas)
+        lower, upper = model.predict_set(frame, alphas, risk=args.risk)
         for j, a in enumerate(alphas):
             out[f"set lower (alpha={a:g})"] = lower[:, j]
             out[f"set upper (alpha={a:g})"] = upper[:, j]
@@ -754,6 +756,10 @@ def _parser():
                    help="also write conformal prediction sets (lowest and highest label) at "
                         "miscoverage ALPHA, or at each of a comma-separated list (needs a model "
                         "fitted with --calibrate or --calibrate-on)")
+    r.add_argument("--risk", choices=["coverage", "distance"], default="coverage",
+                   help="with --set: what ALPHA bounds on average over new rows: the miss "
+                        "(coverage, default) or the distance from the label to the set over K-1 "
+                        "classes (distance: a near miss costs little; narrower sets)")
     r.add_argument("--out", help="CSV file to write (default: stdout); never the model or the "
                                  "data file, and an existing file only with --force")
     r.add_argument("--force", action="store_true", help="replace an existing --out file")

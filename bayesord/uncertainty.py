@@ -40,6 +40,20 @@ that class (Vovk et al. 2005, Ch. 4.5): each class is tested against its own qua
 the set is the hull of the anchor and the classes that pass, so every class's coverage is at
 least ``1 - alpha``.
 
+Conformal risk control (Angelopoulos, Bates, Fisch, Lei & Schuster, "Conformal risk
+control", ICLR 2024, Theorem 1) bounds the expected value of a loss instead of the
+miscoverage.  The sets of :func:`sets_from_scores` are nested in the threshold ``q``, so a
+loss that shrinks as the set grows, bounded by ``B``, is controlled at ``alpha`` by the
+smallest ``q`` with ``n/(n+1) R_n(q) + B/(n+1) <= alpha``, ``R_n`` the mean loss of the
+calibration rows' sets: ``E[loss] <= alpha`` for a new exchangeable row
+(:func:`risk_threshold`).  Two ordinal losses, of the two kinds Xu, Guo & Wei propose
+("Conformal risk control for ordinal classification", arXiv:2405.00417: a loss that grows
+with how far the set is from the label, and one that weights the classes): the
+**distance** from the label to the set in classes over ``K - 1`` (``B = 1``; a near miss
+costs little, a set far off a lot), and a **weighted** miss ``w_y 1[y not in set]`` with
+one weight per class (``B = max w``; misses of the classes that matter most cost most).
+The miss itself (``w = 1``) is ordinary conformal coverage.
+
 Credible windows need no calibration: the shortest interval of classes that contains the
 anchor and holds at least ``1 - alpha`` of the predictive mass (ties: the larger mass).
 Their coverage is the model's own claim, right when the model is.
@@ -58,6 +72,8 @@ __all__ = [
     "conformity_scores",
     "credible_windows",
     "distance_scores",
+    "risk_threshold",
+    "set_losses",
     "sets_from_scores",
 ]
 
@@ -222,3 +238,86 @@ def credible_windows(proba, anchor, alpha):
     key = np.where(ok, key[:, None, :], np.inf)
     best = np.argmin(key, axis=2)
     return lo[best], hi[best]
+
+
+def set_losses(lower, upper, labels, loss="distance", n_classes=None):
+    """The loss of each set ``[lower, upper]`` (class codes) for the true ``labels``.
+
+    Args:
+        lower, upper, labels: class codes, (n,) each (``lower``/``upper`` may be (n, m)).
+        loss: ``"distance"`` (``max(lower - y, y - upper, 0) / (K - 1)``), ``"coverage"``
+            (``1[y not in set]``) or a (K,) array of non-negative class weights
+            (``w_y 1[y not in set]``).
+        n_classes: K (needed for ``"distance"``).
+
+    Returns:
+        The losses, shaped like ``lower``.
+    """
+    lower, upper = np.asarray(lower), np.asarray(upper)
+    y = np.asarray(labels).reshape((-1,) + (1,) * (lower.ndim - 1))
+    miss = (y < lower) | (y > upper)
+    if isinstance(loss, str) and loss == "distance":
+        return np.maximum(np.maximum(lower - y, y - upper), 0) / max(int(n_classes) - 1, 1)
+    if isinstance(loss, str) and loss == "coverage":
+        return miss.astype(np.float64)
+    return np.asarray(loss, dtype=np.float64)[y] * miss
+
+
+def risk_threshold(score_matrix, labels, anchor, alpha, loss="distance"):
+    """The conformal-risk-control threshold for each ``alpha`` (module docstring).
+
+    The smallest ``q`` among the calibration scores (or ``inf``: every class) with
+    ``n/(n+1) R_n(q) + B/(n+1) <= alpha``, ``R_n(q)`` the mean :func:`set_losses` of the
+    calibration rows' sets :func:`sets_from_scores` at ``q``; found by bisection, as the
+    risk does not increase with ``q``.
+
+    Args:
+        score_matrix: (n, K) conformity scores of the calibration rows, every class.
+        labels: (n,) their true class codes.
+        anchor: (n,) the classes their sets hold (the predictions).
+        alpha: risk level(s) in (0, 1).
+        loss: as :func:`set_losses`.
+
+    Returns:
+        (m,) thresholds.
+
+    Raises:
+        ValueError: a loss bound ``B`` with ``B/(n+1) > alpha`` (too few rows: the bound
+            is met by no set), naming the rows needed; bad weights.
+    """
+    S = np.asarray(score_matrix, dtype=np.float64)
+    n, K = S.shape
+    alpha = check_alpha(alpha)
+    if isinstance(loss, str):
+        if loss not in ("distance", "coverage"):
+            raise ValueError(f"loss must be 'distance', 'coverage' or class weights, got {loss!r}")
+        bound = 1.0
+    else:
+        w = np.asarray(loss, dtype=np.float64)
+        if w.shape != (K,) or not np.all(np.isfinite(w)) or np.any(w < 0) or not np.any(w > 0):
+            raise ValueError(f"class weights must be {K} finite non-negative numbers, not all 0; got {loss!r}")
+        bound = float(w.max())
+    too_few = bound / (n + 1) > alpha
+    if np.any(too_few):
+        a = float(alpha[too_few].min())
+        raise ValueError(f"{n} calibration rows are too few for a risk of {a:g} with a loss bounded by "
+                         f"{bound:g}: it needs at least {math.ceil(bound / a - 1 - 1e-9)} "
+                         "(n_cal >= B/alpha - 1); calibrate on more rows or raise alpha")
+    candidates = np.append(np.unique(S[np.isfinite(S)]), np.inf)
+
+    def adjusted_risk(q):
+        lower, upper = sets_from_scores(S, np.array([q]), anchor)
+        risk = float(np.mean(set_losses(lower[:, 0], upper[:, 0], labels, loss, K)))
+        return n / (n + 1) * risk + bound / (n + 1)
+
+    out = np.empty(alpha.size)
+    for j, a in enumerate(alpha):
+        lo, hi = 0, candidates.size - 1  # the last candidate (every class) always qualifies
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if adjusted_risk(candidates[mid]) <= a:
+                hi = mid
+            else:
+                lo = mid + 1
+        out[j] = candidates[lo]
+    return out

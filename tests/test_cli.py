@@ -168,7 +168,7 @@ def test_fit_from_a_formula_on_raw_text_columns(tmp_path, datasets_dir, capsys):
     """``fit --formula`` reads text columns as they are: nominal effects through the cumulative
     link model (clm's estimates), calibration by cross-fitting on the coded columns, and
     ``predict`` on the raw rows."""
-    from bayesord import CumulativeLinkModel
+    from bayesord import CumulativeLinkModel, load_model
 
     wine = pd.read_csv(datasets_dir / "wine.csv.gz")
     data = tmp_path / "wine.csv"
@@ -184,6 +184,15 @@ def test_fit_from_a_formula_on_raw_text_columns(tmp_path, datasets_dir, capsys):
     got = pd.read_csv(out)
     np.testing.assert_array_equal(got["prediction"], ref.predict(wine))
     assert np.all(got["set lower (alpha=0.1)"] <= got["set upper (alpha=0.1)"])
+    # --risk distance: the sets of predict_set(risk="distance") on the loaded model.
+    assert main(["predict", str(model_path), str(data), "--set", "0.1", "--risk", "distance", "--out", str(out),
+                 "--force"]) == 0
+    lower, upper = load_model(model_path).predict_set(wine, 0.1, risk="distance")
+    got = pd.read_csv(out)
+    np.testing.assert_array_equal(got["set lower (alpha=0.1)"], lower)
+    np.testing.assert_array_equal(got["set upper (alpha=0.1)"], upper)
+    assert main(["predict", str(model_path), str(data), "--risk", "distance"]) == 2
+    assert "--risk goes with --set" in capsys.readouterr().err
     assert main(["fit", str(data), "--nominal", "~ contact", "--out", str(tmp_path / "x.npz")]) == 2
     assert "go with --formula" in capsys.readouterr().err
     assert main(["fit", str(data), "--formula", "rating ~ temp", "--model", "npsvor",

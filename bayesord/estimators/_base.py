@@ -22,6 +22,7 @@ import jax
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator
+from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
 from .._status import OneClassWarning, warn_user
@@ -86,9 +87,13 @@ class OrdinalEstimator(BaseEstimator):
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         for name, kind in _LABELLED_OUTPUTS.items():
-            method = getattr(cls, name, None)
-            if method is not None and not getattr(method, "_labelled_output", False):
-                setattr(cls, name, _labelled_output(method, kind))
+            method = inspect.getattr_static(cls, name, None)
+            check = getattr(method, "check", None)  # sklearn's available_if: wrap what it guards
+            inner = getattr(method, "fn", method) if check is not None else method
+            if inner is None or getattr(inner, "_labelled_output", False):
+                continue
+            wrapped = _labelled_output(inner, kind)
+            setattr(cls, name, available_if(check)(wrapped) if check is not None else wrapped)
 
     def set_output(self, *, transform=None):
         """Choose what the prediction methods return: NumPy arrays (``"default"``) or pandas

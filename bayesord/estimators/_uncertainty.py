@@ -22,6 +22,7 @@ from ..uncertainty import (
     conformity_scores,
     credible_windows,
     distance_scores,
+    risk_threshold,
     sets_from_scores,
 )
 from .._splits import kfold_indices
@@ -39,9 +40,14 @@ class ConformalCalibration(NamedTuple):
     labels: np.ndarray
     """Class code of each calibration row, (n_cal,) (for Mondrian sets)."""
     score: str
-    """Which conformity score: ``"aps"`` or ``"cdf"``."""
+    """Which conformity score: ``"aps"``, ``"cdf"`` or ``"distance"``."""
     cv: int
     """0 for split conformal (held-out rows), else the number of cross-fitting folds."""
+    matrix: np.ndarray
+    """Conformity scores of every class for each calibration row, (n_cal, K) (for risk
+    control)."""
+    anchors: np.ndarray
+    """The class each calibration row's sets hold (its prediction), (n_cal,)."""
 
 
 def check_cv(cv):
@@ -232,10 +238,11 @@ class UncertaintyMixin:
         if score != "distance":
             values = conformity_scores(self._calibration_proba(values, codes, cv, random_state), anchor, score)
         true_scores = values[np.arange(codes.shape[0]), codes]
-        self.conformal_ = ConformalCalibration(scores=true_scores, labels=codes, score=score, cv=cv)
+        self.conformal_ = ConformalCalibration(scores=true_scores, labels=codes, score=score, cv=cv,
+                                               matrix=values, anchors=anchor)
         return self
 
-    def predict_set(self, X, alpha=0.1, *, method="conformal", mondrian=False):
+    def predict_set(self, X, alpha=0.1, *, method="conformal", mondrian=False, risk="coverage"):
         """Contiguous prediction sets ``[lower, upper]`` of labels, one per row and alpha.
 
         Every set contains the point prediction (``predict``) and never skips a class.
@@ -250,6 +257,13 @@ class UncertaintyMixin:
             mondrian: with ``"conformal"``, one threshold per class from the calibration
                 rows of that class, so every class is covered at ``1 - alpha`` (wider
                 sets; each class needs ``1/alpha - 1`` calibration rows).
+            risk: with ``"conformal"``, what ``alpha`` bounds in expectation over new rows
+                (conformal risk control, :func:`bayesord.uncertainty.risk_threshold`):
+                ``"coverage"`` (the miss, ``P(y not in set) <= alpha``: ordinary conformal
+                sets), ``"distance"`` (the distance from the label to the set over
+                ``K - 1`` classes: a near miss costs little) or class weights, a dict of
+                label -> weight or a sequence in ``classes_`` order (a miss of class ``y``
+                costs ``w_y``; ``alpha`` is then in those units).
 
         Returns:
             (lower, upper): labels from ``classes_``, each (n,) for a scalar ``alpha``,
@@ -274,12 +288,17 @@ class UncertaintyMixin:
             lower, upper = credible_windows(self.predict_proba(X), anchor, alphas)
         else:
             if mondrian:
+                if not (isinstance(risk, str) and risk == "coverage"):
+                    raise ValueError("mondrian sets control coverage per class; risk= goes with "
+                                     "mondrian=False")
                 q = np.empty((alphas.size, len(self.classes_)))
                 for k, label in enumerate(self.classes_):
                     if not np.any(cal.labels == k):
                         raise ValueError(f"mondrian sets need calibration rows of every class; class "
                                          f"{label!r} has none")
                     q[:, k] = conformal_quantile(cal.scores[cal.labels == k], alphas)
+            elif not (isinstance(risk, str) and risk == "coverage"):
+                q = risk_threshold(cal.matrix, cal.labels, cal.anchors, alphas, self._risk_loss(risk))
             else:
                 q = conformal_quantile(cal.scores, alphas)
             scores = (self._distance_matrix(X) if cal.score == "distance"
@@ -290,29 +309,47 @@ class UncertaintyMixin:
             return lower[:, 0], upper[:, 0]
         return lower, upper
 
+    def _risk_loss(self, risk):
+        """``risk`` of :meth:`predict_set` as a loss of :func:`bayesord.uncertainty.set_losses`."""
+        if isinstance(risk, str):
+            if risk not in ("coverage", "distance"):
+                raise ValueError(f"risk must be 'coverage', 'distance' or class weights, got {risk!r}")
+            return risk
+        if isinstance(risk, dict):
+            unknown = [label for label in risk if label not in list(self.classes_)]
+            if unknown:
+                raise ValueError(f"risk weights name labels not in classes_: {unknown}")
+            return np.array([float(risk.get(label, 0.0)) for label in self.classes_])
+        return np.asarray(risk, dtype=np.float64)
+
     # ------------------------------------------------------------ persistence
     def _uncertainty_state(self):
         """(arrays, meta) of the calibration, for the model file."""
         cal = getattr(self, "conformal_", None)
         if cal is None:
             return {}, {}
-        return ({"conformal.scores": cal.scores, "conformal.labels": cal.labels},
+        return ({"conformal.scores": cal.scores, "conformal.labels": cal.labels, "conformal.matrix": cal.matrix,
+                 "conformal.anchors": cal.anchors},
                 {"conformal": {"score": cal.score, "cv": cal.cv}})
 
     def _restore_uncertainty(self, arrays, meta):
         if "conformal" not in meta:
             return
         scores, labels = arrays["conformal.scores"], arrays["conformal.labels"]
+        matrix, anchors = arrays["conformal.matrix"], arrays["conformal.anchors"]
         if scores.ndim != 1 or labels.shape != scores.shape or labels.dtype.kind not in "iu":
             raise ValueError("conformal.scores and conformal.labels must be two 1-D arrays of one "
                              "length (labels as class codes)")
+        if matrix.shape != (scores.size, len(self.classes_)) or anchors.shape != scores.shape:
+            raise ValueError("conformal.matrix must be (n_cal, K) and conformal.anchors (n_cal,)")
         if labels.size and (labels.min() < 0 or labels.max() >= len(self.classes_)):
             raise ValueError("conformal.labels holds a class code outside the model's classes")
         if meta["conformal"]["score"] not in SCORES:
             raise ValueError(f"conformal score {meta['conformal']['score']!r} is not one of {SCORES}")
         self.conformal_ = ConformalCalibration(scores=scores, labels=labels.astype(np.int64),
                                                score=meta["conformal"]["score"],
-                                               cv=int(meta["conformal"]["cv"]))
+                                               cv=int(meta["conformal"]["cv"]), matrix=matrix,
+                                               anchors=anchors.astype(np.int64))
 
 
 def _rows(X, idx):
