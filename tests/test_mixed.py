@@ -548,6 +548,9 @@ def test_prediction_sets_for_known_and_new_groups():
     lower, upper = model.predict_set(X[test], 0.2, new_groups)
     point = model.predict(X[test], new_groups)
     assert np.all((lower <= point) & (point <= upper))
+    # Risk control takes the groups the same way (the sets may only be narrower).
+    near = model.predict_set(X[test], 0.2, new_groups, risk="distance")
+    assert np.all((lower <= near[0]) & (near[1] <= upper) & (near[0] <= point) & (point <= near[1]))
     with pytest.raises(TypeError, match="need each row's group"):
         model.calibrate(X[cal], y[cal])
 

@@ -450,10 +450,10 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         """
         return super().calibrate(_GroupedRows(X, groups), y, cv=cv, score=score, random_state=random_state)
 
-    def predict_set(self, X, alpha=0.1, groups=None, *, method="conformal", mondrian=False):
+    def predict_set(self, X, alpha=0.1, groups=None, *, method="conformal", mondrian=False, risk="coverage"):
         """Contiguous prediction sets ``[lower, upper]`` of labels for rows of known or new
         groups; see :meth:`bayesord.OrdinalProbit.predict_set`."""
-        return super().predict_set(_GroupedRows(X, groups), alpha, method=method, mondrian=mondrian)
+        return super().predict_set(_GroupedRows(X, groups), alpha, method=method, mondrian=mondrian, risk=risk)
 
     def _copy_rows(self, X):
         X, groups = self._group_labels(X, None)
