@@ -7,7 +7,7 @@ import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
 from .. import diagnostics
-from .._compile_cache import program_for_rows
+from .._compile_cache import program_for_rows, stored_fit_program
 from .._probit import (
     ProbitConfig,
     ProbitResult,
@@ -41,8 +41,9 @@ __all__ = ["OrdinalProbit"]
 
 
 def _fit_program(n_rows):
-    """``fit_probit`` as compiled for ``n_rows`` (padded) rows (see ``program_for_rows``)."""
-    return program_for_rows(fit_probit, n_rows, ("config", "n_classes"))
+    """``fit_probit`` as compiled for ``n_rows`` (padded) rows, through a stored program where
+    it can (see ``stored_fit_program``)."""
+    return stored_fit_program(fit_probit, n_rows, ("config", "n_classes"), ProbitResult)
 
 
 def _predict_program(n_rows):

@@ -1,0 +1,58 @@
+"""Stored fit programs (``bayesord._compile_cache.stored_fit_program``): a fit read back from
+its ``jax.export`` serialisation equals the jitted fit, and the key tells programs apart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from bayesord import OrdinalProbit, _compile_cache
+from bayesord._probit import ProbitConfig, ProbitResult, fit_probit
+from bayesord._shapes import bucket_rows
+from bayesord.datasets import make_ordinal_probit
+from bayesord.estimators._probit import _fit_program
+
+
+@pytest.mark.skipif(not _compile_cache._export_ready(), reason="jax.export serialisation needs flatbuffers")
+def test_a_stored_fit_equals_the_jitted_fit_when_written_and_when_read_back():
+    X, y, _ = make_ordinal_probit(37, 3, 4, seed=5)
+    before = set(_fit_program(bucket_rows(37)).loaded)
+    written = OrdinalProbit().fit(X, y)
+    (key,) = set(_fit_program(bucket_rows(37)).loaded) - before
+    stored = Path(jax.config.jax_compilation_cache_dir) / "exported" / f"{key}.bin"
+    assert stored.is_file()
+    mtime = stored.stat().st_mtime_ns
+    _compile_cache._stored_fit_program.cache_clear()  # as a new process: nothing loaded
+    program = _fit_program(bucket_rows(37))
+    traced = program.fallback._cache_size()
+    read_back = OrdinalProbit().fit(X, y)
+    assert set(program.loaded) == {key} and stored.stat().st_mtime_ns == mtime  # read, not written again
+    assert program.fallback._cache_size() == traced  # fit_probit was not traced
+    ref = fit_probit(X, y - 1, np.ones(37), 1.0, 1e-10, config=written._config(), n_classes=4)
+    for model in (written, read_back):  # the unpadded functional fit (padding: tested elsewhere)
+        np.testing.assert_allclose(model.coef_, ref.coef, rtol=1e-7, atol=1e-10)
+        np.testing.assert_allclose(model.coef_cov_, ref.coef_cov, rtol=1e-6)
+    np.testing.assert_array_equal(read_back.coef_, written.coef_)
+    np.testing.assert_array_equal(read_back.coef_cov_, written.coef_cov_)
+
+
+def test_the_key_depends_on_settings_shapes_and_source(monkeypatch):
+    program = _compile_cache._StoredFitProgram(fit_probit, ("config", "n_classes"), ProbitResult, True)
+    args = (np.zeros((8, 2)), np.zeros(8, np.int32), np.ones(8), np.float64(1.0), np.float64(1e-8))
+    base = program._key(args, {"config": ProbitConfig(), "n_classes": 3})
+    assert base == program._key(args, {"config": ProbitConfig(), "n_classes": 3})
+    assert base != program._key(args, {"config": ProbitConfig(thresholds="joint"), "n_classes": 3})
+    assert base != program._key((np.zeros((16, 2)),) + args[1:], {"config": ProbitConfig(), "n_classes": 3})
+    monkeypatch.setattr(_compile_cache, "_source_digest", lambda: "edited")
+    assert base != program._key(args, {"config": ProbitConfig(), "n_classes": 3})
+
+
+def test_without_the_cache_the_jitted_program_runs(monkeypatch):
+    monkeypatch.setenv("BAYESORD_COMPILE_CACHE", "off")
+    program = _compile_cache._StoredFitProgram(fit_probit, ("config", "n_classes"), ProbitResult, True)
+    X, y, _ = make_ordinal_probit(24, 2, 3, seed=1)
+    assert program._program((X, (y - 1).astype(np.int32), np.ones(24), np.float64(1.0), np.float64(1e-8)),
+                            {"config": ProbitConfig(), "n_classes": 3}) is None
