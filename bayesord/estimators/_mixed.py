@@ -8,7 +8,7 @@ import jax
 import numpy as np
 from sklearn.base import clone
 
-from .._compile_cache import program_for_rows
+from .._compile_cache import program_for_rows, stored_fit_program
 from .._mixed import (
     MixedConfig,
     MixedResult,
@@ -44,7 +44,9 @@ __all__ = ["OrdinalMixed"]
 
 
 def _fit_program(n_rows):
-    return program_for_rows(fit_mixed, n_rows, ("config",))
+    """``fit_mixed`` for ``n_rows`` (padded) rows, through a stored program where it can
+    (see ``stored_fit_program``)."""
+    return stored_fit_program(fit_mixed, n_rows, ("config",), MixedResult)
 
 
 def _labels_of_groups(groups, n, what="groups", factors=False):
