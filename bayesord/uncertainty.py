@@ -244,7 +244,9 @@ def set_losses(lower, upper, labels, loss="distance", n_classes=None):
     """The loss of each set ``[lower, upper]`` (class codes) for the true ``labels``.
 
     Args:
-        lower, upper, labels: class codes, (n,) each (``lower``/``upper`` may be (n, m)).
+        lower: the sets' lowest classes (codes), (n,) or (n, m).
+        upper: their highest classes, shaped like ``lower``.
+        labels: the true classes, (n,).
         loss: ``"distance"`` (``max(lower - y, y - upper, 0) / (K - 1)``), ``"coverage"``
             (``1[y not in set]``) or a (K,) array of non-negative class weights
             (``w_y 1[y not in set]``).

@@ -21,9 +21,10 @@ from scipy.stats import norm
 
 import jax
 import jax.numpy as jnp
+from test_mixed import check_implicit_gradient
 
 from bayesord import OrdinalMixed, load_model
-from bayesord._mixed import _laplace_loglik, predict_mixed, sample_class_probs_mixed
+from bayesord._mixed import predict_mixed, sample_class_probs_mixed
 
 CLMM_SLOPES = {
     "wine": dict(
@@ -185,15 +186,7 @@ def test_implicit_gradient_with_a_slope_matches_finite_differences(small):
     args = (jnp.asarray(Z), jnp.asarray(R), jnp.asarray(y, jnp.int32), jnp.asarray(g, jnp.int32),
             jnp.ones(len(y)), jnp.zeros((q, 2)), 1e-12, "probit", q, 50)
     eta = jnp.asarray(res.eta) + 0.1 * jnp.sin(jnp.arange(res.eta.size) + 1.0)  # away from the optimum
-
-    @jax.jit
-    def value(e):
-        return _laplace_loglik(e, *args)[0]
-
-    grad = np.asarray(jax.grad(value)(eta))
-    step = 1e-5
-    fd = [(value(eta.at[k].add(step)) - value(eta.at[k].add(-step))) / (2 * step) for k in range(eta.size)]
-    np.testing.assert_allclose(grad, fd, rtol=1e-6, atol=1e-6)
+    grad = check_implicit_gradient(args, eta)
     assert np.all(np.abs(grad[-3:]) > 1e-2)  # the covariance components are exercised
 
 

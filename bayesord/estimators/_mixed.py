@@ -333,12 +333,12 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         names = self._coef_names()
         self.group_terms_ = ["(Intercept)"] + [names[j] for j in res.config.slopes]
         self.thresholds_ = res.thresholds
+        several = len(res.config.levels) > 1
         self.group_cov_ = res.group_cov
-        self.group_sd_ = float(res.group_sd[0]) if p == 1 else res.group_sd
+        self.group_sd_ = res.group_sd if several or p > 1 else float(res.group_sd[0])
         self.cov_ = res.cov
         effects = np.asarray(effects_on_user_scale(res)[0])
-        if len(res.config.levels) > 1:
-            self.group_sd_ = res.group_sd
+        if several:
             starts = np.cumsum([0, *res.config.levels])
             self.group_effects_ = {name: effects[a:b, 0] for name, a, b in
                                    zip(self.group_factors_, starts[:-1], starts[1:])}
