@@ -163,26 +163,27 @@ class _StoredFitProgram:
         self.fallback = quick_variant(jitted, static_argnames) if quick else jitted
         self.loaded = {}
 
-    def _key(self, args, static):
+    def _key(self, leaves, treedef, static):
         import jax
 
         parts = ["bayesord-stored-fit/1", f"{self.jitted.__module__}.{self.jitted.__qualname__}",
-                 repr(sorted(static.items())), repr([(tuple(a.shape), str(a.dtype)) for a in args]),
+                 repr(sorted(static.items())), str(treedef), repr([(tuple(a.shape), str(a.dtype)) for a in leaves]),
                  jax.__version__, jax.default_backend(), str(jax.config.jax_enable_x64),
                  os.environ.get("XLA_FLAGS", ""), str(self.quick), _source_digest()]
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
-    def _program(self, args, static):
-        """The stored program's call for these inputs, or None where none can be used."""
+    def _program(self, leaves, treedef, static):
+        """The stored program's call for these inputs (the leaves of the arguments' pytree),
+        or None where none can be used."""
         import jax
         import numpy as np
         from jax import export
 
         folder = cache_dir()
         if (folder is None or jax.config.jax_compilation_cache_dir is None or not _export_ready()
-                or jax.device_count() != 1 or not all(isinstance(a, (np.ndarray, np.generic)) for a in args)):
+                or jax.device_count() != 1 or not all(isinstance(a, (np.ndarray, np.generic)) for a in leaves)):
             return None
-        key = self._key(args, static)
+        key = self._key(leaves, treedef, static)
         if key in self.loaded:
             return self.loaded[key]
         path = Path(jax.config.jax_compilation_cache_dir) / "exported" / f"{key}.bin"
@@ -192,11 +193,11 @@ class _StoredFitProgram:
             fields = [f.name for f in dataclasses.fields(self.result_type) if f.name != "config"]
             jitted = self.jitted
 
-            def as_fields(*a):
-                result = jitted(*a, **static)
+            def as_fields(*flat):
+                result = jitted(*jax.tree_util.tree_unflatten(treedef, flat), **static)
                 return {name: getattr(result, name) for name in fields}
 
-            exported = export.export(jax.jit(as_fields))(*args)
+            exported = export.export(jax.jit(as_fields))(*leaves)
             try:
                 path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
                 tmp = path.with_suffix(f".{os.getpid()}.tmp")
@@ -214,11 +215,14 @@ class _StoredFitProgram:
         return len(self.loaded) + self.fallback._cache_size()
 
     def __call__(self, *args, **static):
-        args = tuple(_as_array(a) for a in args)
-        call = self._program(args, static)
+        import jax
+
+        leaves, treedef = jax.tree_util.tree_flatten(args)
+        leaves = [_as_array(a) for a in leaves]
+        call = self._program(leaves, treedef, static)
         if call is None:
-            return self.fallback(*args, **static)
-        return self.result_type(config=static["config"], **call(*args))
+            return self.fallback(*jax.tree_util.tree_unflatten(treedef, leaves), **static)
+        return self.result_type(config=static["config"], **call(*leaves))
 
 
 @functools.cache
@@ -227,7 +231,7 @@ def _stored_fit_program(jitted, static_argnames, result_type, quick):
 
 
 def stored_fit_program(jitted, n_rows, static_argnames, result_type):
-    """:func:`program_for_rows` for a fit whose inputs are arrays and whose result is a
+    """:func:`program_for_rows` for a fit whose inputs are arrays (or pytrees of them) and whose result is a
     ``result_type`` (:func:`bayesord._results.result_type`) with ``config`` among the static
     arguments, through a stored program where it can (module docstring).
 

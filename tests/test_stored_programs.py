@@ -41,18 +41,22 @@ def test_a_stored_fit_equals_the_jitted_fit_when_written_and_when_read_back():
 
 def test_the_key_depends_on_settings_shapes_and_source(monkeypatch):
     program = _compile_cache._StoredFitProgram(fit_probit, ("config", "n_classes"), ProbitResult, True)
-    args = (np.zeros((8, 2)), np.zeros(8, np.int32), np.ones(8), np.float64(1.0), np.float64(1e-8))
-    base = program._key(args, {"config": ProbitConfig(), "n_classes": 3})
-    assert base == program._key(args, {"config": ProbitConfig(), "n_classes": 3})
-    assert base != program._key(args, {"config": ProbitConfig(thresholds="joint"), "n_classes": 3})
-    assert base != program._key((np.zeros((16, 2)),) + args[1:], {"config": ProbitConfig(), "n_classes": 3})
+    args = [np.zeros((8, 2)), np.zeros(8, np.int32), np.ones(8), np.float64(1.0), np.float64(1e-8)]
+    tree = jax.tree_util.tree_structure(tuple(args))
+    static = {"config": ProbitConfig(), "n_classes": 3}
+    base = program._key(args, tree, static)
+    assert base == program._key(args, tree, dict(static))
+    assert base != program._key(args, tree, {"config": ProbitConfig(thresholds="joint"), "n_classes": 3})
+    assert base != program._key([np.zeros((16, 2))] + args[1:], tree, static)
+    assert base != program._key(args, jax.tree_util.tree_structure((tuple(args[:2]),) + tuple(args[2:])), static)
     monkeypatch.setattr(_compile_cache, "_source_digest", lambda: "edited")
-    assert base != program._key(args, {"config": ProbitConfig(), "n_classes": 3})
+    assert base != program._key(args, tree, static)
 
 
 def test_without_the_cache_the_jitted_program_runs(monkeypatch):
     monkeypatch.setenv("BAYESORD_COMPILE_CACHE", "off")
     program = _compile_cache._StoredFitProgram(fit_probit, ("config", "n_classes"), ProbitResult, True)
     X, y, _ = make_ordinal_probit(24, 2, 3, seed=1)
-    assert program._program((X, (y - 1).astype(np.int32), np.ones(24), np.float64(1.0), np.float64(1e-8)),
+    args = (X, (y - 1).astype(np.int32), np.ones(24), np.float64(1.0), np.float64(1e-8))
+    assert program._program(list(args), jax.tree_util.tree_structure(args),
                             {"config": ProbitConfig(), "n_classes": 3}) is None

@@ -16,7 +16,7 @@ from .._clm import (
     predict_clm,
     sample_class_probs_clm,
 )
-from .._compile_cache import program_for_rows
+from .._compile_cache import program_for_rows, stored_fit_program
 from .._shapes import bucket_rows, pad_rows
 from .._status import Status, check_status, warn_user
 from .._validation import float_dtype
@@ -48,7 +48,9 @@ def _natural_vector(res):
 
 
 def _fit_program(n_rows):
-    return program_for_rows(fit_clm, n_rows, ("config",))
+    """``fit_clm`` for ``n_rows`` (padded) rows, through a stored program where it can (see
+    ``stored_fit_program``)."""
+    return stored_fit_program(fit_clm, n_rows, ("config",), CLMResult)
 
 
 def _one_sided(formula, what):
