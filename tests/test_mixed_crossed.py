@@ -214,3 +214,31 @@ def test_groups_by_column_name_and_bad_ones(small):
         OrdinalMixed.from_formula("y ~ x0 + (1 | subject) + (1 | subject)", data)
     with pytest.raises(ValueError, match="1-D .* or 2-D"):
         OrdinalMixed().fit(X, y, G[:, :, None])
+
+
+def test_nested_factors_from_a_formula():
+    """``(1 | school/class)`` is ``(1 | school) + (1 | school:class)``: class labels that
+    repeat in every school are told apart by their school, as explicit unique labels are."""
+    rng = np.random.default_rng(4)
+    school = np.repeat(np.arange(8), 30)
+    klass = np.tile(np.repeat(["A", "B", "C"], 10), 8)
+    x = rng.normal(size=240)
+    u_school, u_class = 0.7 * rng.normal(size=8), 0.5 * rng.normal(size=24)
+    f = x + u_school[school] + u_class[school * 3 + np.searchsorted(["A", "B", "C"], klass)] + rng.normal(size=240)
+    data = pd.DataFrame({"y": np.digitize(f, [-1.0, 0.5, 1.5]), "x": x, "school": school, "class": klass})
+    nested = OrdinalMixed.from_formula("y ~ x + (1 | school/class)", data)
+    explicit = OrdinalMixed.from_formula("y ~ x + (1 | school) + (1 | unit)",
+                                         data.assign(unit=[f"{s}:{c}" for s, c in zip(school, klass)]))
+    assert nested.group_factors_ == ["school", "school:class"] and len(nested.groups_[1]) == 24
+    assert nested.loglik_ == pytest.approx(explicit.loglik_, abs=1e-9)
+    np.testing.assert_allclose(nested.group_sd_, explicit.group_sd_, rtol=1e-7)
+    rows = data.iloc[[0, 100]]
+    np.testing.assert_allclose(nested.predict_proba(rows),
+                               explicit.predict_proba(rows.assign(unit=["0:A", "3:B"])), atol=1e-10)
+    # A class label in a school that never had it is a new level of school:class only.
+    new = nested.predict_proba(rows.assign(**{"class": ["Z", "Z"]}))
+    assert np.all(np.isfinite(new)) and not np.allclose(new, nested.predict_proba(rows))
+    with pytest.raises(ValueError, match="no column 'class'"):
+        nested.predict_proba(rows.drop(columns="class"))
+    with pytest.raises(ValueError, match="random intercepts only"):
+        OrdinalMixed.from_formula("y ~ x + (1 + x | school/class)", data)

@@ -6,7 +6,7 @@ import re
 import warnings
 
 __all__ = ["SavedCoding", "check_formula_data", "coding_state", "design_matrix", "formula_rows",
-           "has_group_term", "slope_columns", "split_formula"]
+           "group_columns", "has_group_term", "slope_columns", "split_formula"]
 
 # ``(1 | group)``, ``(1 + x | group)``: a group term of a formula (lme4's notation, as ``clmm`` uses it).
 _GROUP_TERM = re.compile(r"\(\s*([^()|]*?)\s*\|\s*([^()|]*?)\s*\)")
@@ -56,13 +56,19 @@ def split_formula(formula, group_term=True):
         raise ValueError(f"formula {formula!r} needs a group term such as '(1 | group)'")
     groups, slopes = [], []
     for expr, group in terms:
-        if not group or not re.fullmatch(r"\w+", group):
-            raise ValueError(f"formula {formula!r}: the group in '(1 | group)' must be one column name")
+        group = re.sub(r"\s+", "", group)
+        if not group or not re.fullmatch(r"\w+([:/]\w+)*", group) or (":" in group and "/" in group):
+            raise ValueError(f"formula {formula!r}: the group in '(1 | group)' must be one column name, "
+                             "columns joined by ':' (their combinations) or by '/' (nested factors)")
         parts = [t.strip() for t in re.split(r"\+", expr)] if expr.strip() else [""]
         if "" in parts or any(t in ("0", "-1") or t.startswith("-") or " - " in t for t in parts):
             raise ValueError(f"formula {formula!r}: the group term '({expr} | {group})' must keep its "
                              f"intercept and add slopes with '+', as '(1 | {group})' or '(1 + x | {group})'")
-        groups.append(group)
+        names = group.split("/")  # lme4's nesting: a/b is a and a:b
+        nested = [":".join(names[:k + 1]) for k in range(len(names))]
+        if len(nested) > 1 and any(t != "1" for t in parts):
+            raise ValueError(f"formula {formula!r}: nested factors ('{group}') take random intercepts only")
+        groups += nested
         slopes += [t for t in parts if t != "1"]
     if len(set(groups)) != len(groups):
         raise ValueError(f"formula {formula!r} names a group twice; give each grouping factor one term")
@@ -72,6 +78,24 @@ def split_formula(formula, group_term=True):
     fixed = _GROUP_TERM.sub(" ", rhs)
     fixed = re.sub(r"\+\s*(?=\+|$)", "", fixed.strip()).strip().lstrip("+").strip() or "1"
     return lhs, fixed, groups[0] if len(groups) == 1 else tuple(groups), " + ".join(slopes) or None
+
+
+def group_columns(data, factors):
+    """The grouping factors' labels from ``data``: one column per factor, a factor ``a:b``
+    being the combination of columns ``a`` and ``b`` (labels ``"<a>:<b>"``; missing where
+    either is).  The same for fitting and for prediction."""
+    import pandas as pd
+
+    out = {}
+    for factor in factors:
+        parts = [data[name] for name in factor.split(":")]
+        if len(parts) == 1:
+            out[factor] = parts[0]
+            continue
+        missing = pd.concat([p.isna() for p in parts], axis=1).any(axis=1)
+        joined = parts[0].astype(str).str.cat([p.astype(str) for p in parts[1:]], sep=":")
+        out[factor] = joined.mask(missing)
+    return pd.DataFrame(out, index=data.index)
 
 
 def slope_columns(formula, slope_terms, data, fixed_columns):

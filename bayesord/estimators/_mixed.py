@@ -37,7 +37,7 @@ from ._base import (
     solver_tol,
     threshold_names,
 )
-from ._formula import check_formula_data, design_matrix, slope_columns, split_formula
+from ._formula import check_formula_data, design_matrix, group_columns, slope_columns, split_formula
 from ._uncertainty import UncertaintyMixin
 
 __all__ = ["OrdinalMixed"]
@@ -206,13 +206,14 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         """
         response, fixed, group, slope_terms = split_formula(formula)
         factors = [group] if isinstance(group, str) else list(group)
-        check_formula_data(formula, data, response, *factors)
+        check_formula_data(formula, data, response, *{c for f in factors for c in f.split(":")})
         X, spec = design_matrix(fixed, data)
         if "random_slopes" in params:
             raise TypeError("from_formula takes the random slopes from the formula's '(1 + x | group)', "
                             "not from random_slopes=")
         model = cls(random_slopes=slope_columns(formula, slope_terms, data, list(X.columns)), **params)
-        model.fit(X, data[response], data[group] if isinstance(group, str) else data[factors],
+        groups = group_columns(data, factors)
+        model.fit(X, data[response], groups[group] if isinstance(group, str) else groups,
                   sample_weight=sample_weight)
         model.formula_ = formula
         model.group_name_ = group if isinstance(group, str) else factors
@@ -365,11 +366,12 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
                                 "not seen predicts for a new group)")
             if hasattr(X, "columns"):  # anything else is refused by _validate_predict
                 names = [self.group_name_] if isinstance(self.group_name_, str) else self.group_name_
-                missing = [name for name in names if name not in X.columns]
+                missing = [c for name in names for c in name.split(":") if c not in X.columns]
                 if missing:
                     raise ValueError(f"the data have no column {missing[0]!r} (the formula's "
                                      "group); add it, or pass groups=")
-                groups = X[self.group_name_]
+                groups = group_columns(X, names)
+                groups = groups[self.group_name_] if isinstance(self.group_name_, str) else groups
         return X, groups
 
     def _inputs(self, X, groups):
