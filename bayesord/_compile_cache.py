@@ -35,7 +35,6 @@ of bayesord's own source files, so an edited library never runs an older program
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
 import os
@@ -156,11 +155,11 @@ class _StoredFitProgram:
     """``jitted(*arrays, **static)`` through a stored :mod:`jax.export` program where it can
     (see the module docstring), else the jitted (or quick) program itself."""
 
-    def __init__(self, jitted, static_argnames, result_type, quick):
+    def __init__(self, jitted, fallback, result_type):
         self.jitted = jitted
+        self.fallback = fallback  # program_for_rows' choice: jitted, or its quick variant
+        self.quick = fallback is not jitted
         self.result_type = result_type
-        self.quick = quick
-        self.fallback = quick_variant(jitted, static_argnames) if quick else jitted
         self.loaded = {}
 
     def _key(self, leaves, treedef, static):
@@ -179,8 +178,7 @@ class _StoredFitProgram:
         import numpy as np
         from jax import export
 
-        folder = cache_dir()
-        if (folder is None or jax.config.jax_compilation_cache_dir is None or not _export_ready()
+        if (cache_dir() is None or jax.config.jax_compilation_cache_dir is None or not _export_ready()
                 or jax.device_count() != 1 or not all(isinstance(a, (np.ndarray, np.generic)) for a in leaves)):
             return None
         key = self._key(leaves, treedef, static)
@@ -190,7 +188,7 @@ class _StoredFitProgram:
         try:
             exported = export.deserialize(bytearray(path.read_bytes()))
         except FileNotFoundError:
-            fields = [f.name for f in dataclasses.fields(self.result_type) if f.name != "config"]
+            fields = self.result_type._fields  # the array fields (config is static)
             jitted = self.jitted
 
             def as_fields(*flat):
@@ -205,7 +203,7 @@ class _StoredFitProgram:
                 os.replace(tmp, path)
             except OSError:  # a read-only cache: the program still runs, unstored
                 pass
-        options = QUICK_OPTIONS if self.quick and _quick_options_accepted() else None
+        options = QUICK_OPTIONS if self.quick else None
         call = jax.jit(exported.call, compiler_options=options)
         self.loaded[key] = call
         return call
@@ -226,8 +224,8 @@ class _StoredFitProgram:
 
 
 @functools.cache
-def _stored_fit_program(jitted, static_argnames, result_type, quick):
-    return _StoredFitProgram(jitted, static_argnames, result_type, quick)
+def _stored_fit_program(jitted, fallback, result_type):
+    return _StoredFitProgram(jitted, fallback, result_type)
 
 
 def stored_fit_program(jitted, n_rows, static_argnames, result_type):
@@ -238,4 +236,4 @@ def stored_fit_program(jitted, n_rows, static_argnames, result_type):
     Used where nothing else runs: one device, NumPy inputs, the on-disk cache on.  Anything
     else calls the jitted program as :func:`program_for_rows` would.
     """
-    return _stored_fit_program(jitted, tuple(static_argnames), result_type, n_rows <= QUICK_MAX_ROWS)
+    return _stored_fit_program(jitted, program_for_rows(jitted, n_rows, static_argnames), result_type)

@@ -643,11 +643,12 @@ def fit_mixed(X, y, groups, weights, rtol, *, config: MixedConfig) -> MixedResul
 
 def effects_on_user_scale(result: MixedResult):
     """The group effects on the user's scale (intercepts at ``x = 0``, slopes per unit of their
-    columns, as ``clmm``'s ``ranef``): modes (q, p) and posterior covariances (q, p, p)."""
-    if len(result.config.levels) > 1:
-        return result.effects, result.effects_cov
+    columns, as ``clmm``'s ``ranef``): modes (q, p), posterior covariances and conditional
+    covariances (``clmm``'s ``condVar``), each (q, p, p)."""
+    if len(result.config.levels) > 1:  # random intercepts only: nothing moves
+        return result.effects, result.effects_cov, result.effects_cond_cov
     T = _user_transform(result.center, result.scale, result.config.slopes)
-    return result.effects @ T.T, T @ result.effects_cov @ T.T
+    return result.effects @ T.T, T @ result.effects_cov @ T.T, T @ result.effects_cond_cov @ T.T
 
 
 # --------------------------------------------------------------------- predictions
@@ -685,7 +686,8 @@ def _row_effects(result: MixedResult, Z, groups):
     layout = _layout(config.n_groups)
     n_fac = len(layout.levels)
     known = groups >= 0
-    at = [jnp.where(known[:, r], groups[:, r], 0) + layout.config_offset[r] for r in range(n_fac)]
+    g = jnp.where(known, groups, 0)
+    at = [g[:, r] + layout.config_offset[r] for r in range(n_fac)]
     mean = sum(jnp.where(known[:, r], result.effects[at[r], 0], 0.0) for r in range(n_fac))
     cross = sum(known[:, r, None] * result.effects_cross[at[r], 0] for r in range(n_fac))
     var = sum(known[:, r] * result.effects_cov[at[r], 0, 0] for r in range(n_fac))
@@ -693,10 +695,10 @@ def _row_effects(result: MixedResult, Z, groups):
     def between(r, s):  # Cov(u of factor r, u of factor s) at each row's levels, r != s
         if s == layout.big:
             r, s = s, r
-        gs = jnp.where(known[:, s], groups[:, s], 0) + layout.rest_offset[s]
+        gs = g[:, s] + layout.rest_offset[s]
         if r == layout.big:
-            return result.factor_cross_cov[jnp.where(known[:, r], groups[:, r], 0), gs]
-        return result.factor_rest_cov[jnp.where(known[:, r], groups[:, r], 0) + layout.rest_offset[r], gs]
+            return result.factor_cross_cov[g[:, r], gs]
+        return result.factor_rest_cov[g[:, r] + layout.rest_offset[r], gs]
 
     for r in range(n_fac):
         for s in range(r + 1, n_fac):

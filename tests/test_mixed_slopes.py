@@ -248,7 +248,7 @@ def test_random_slopes_by_name_and_bad_ones(small):
         ([2], ValueError, "X has 2 columns"),
         ([0, 0], ValueError, "twice"),
         ("dose", TypeError, "list of columns"),
-        ([1.5], TypeError, "indices or names"),
+        ([1.5], TypeError, "names or positions"),
     ]:
         with pytest.raises(error, match=message):
             OrdinalMixed(random_slopes=slopes).fit(frame, y, g)

@@ -40,7 +40,7 @@ def test_a_stored_fit_equals_the_jitted_fit_when_written_and_when_read_back():
 
 
 def test_the_key_depends_on_settings_shapes_and_source(monkeypatch):
-    program = _compile_cache._StoredFitProgram(fit_probit, ("config", "n_classes"), ProbitResult, True)
+    program = _compile_cache.stored_fit_program(fit_probit, 100, ("config", "n_classes"), ProbitResult)
     args = [np.zeros((8, 2)), np.zeros(8, np.int32), np.ones(8), np.float64(1.0), np.float64(1e-8)]
     tree = jax.tree_util.tree_structure(tuple(args))
     static = {"config": ProbitConfig(), "n_classes": 3}
@@ -55,7 +55,7 @@ def test_the_key_depends_on_settings_shapes_and_source(monkeypatch):
 
 def test_without_the_cache_the_jitted_program_runs(monkeypatch):
     monkeypatch.setenv("BAYESORD_COMPILE_CACHE", "off")
-    program = _compile_cache._StoredFitProgram(fit_probit, ("config", "n_classes"), ProbitResult, True)
+    program = _compile_cache.stored_fit_program(fit_probit, 100, ("config", "n_classes"), ProbitResult)
     X, y, _ = make_ordinal_probit(24, 2, 3, seed=1)
     args = (X, (y - 1).astype(np.int32), np.ones(24), np.float64(1.0), np.float64(1e-8))
     assert program._program(list(args), jax.tree_util.tree_structure(args),

@@ -321,6 +321,36 @@ def class_from_proba(proba, rule):
     raise ValueError(f"rule must be 'mode' or 'median', got {rule!r}")
 
 
+def column_positions(what, chosen, d, names):
+    """A constructor's choice of columns (``nominal=``, ``random_slopes=``, ...) as a tuple of
+    positions among the ``d`` columns named ``names`` (None: unnamed); None chooses none.
+
+    Raises:
+        TypeError: a single column instead of a list, or an entry that is neither a name nor
+            a position.
+        ValueError: a position out of range, or a name X does not have.
+    """
+    if chosen is None:
+        return ()
+    if isinstance(chosen, (str, int, np.integer)):
+        raise TypeError(f"{what} must be a list of columns, got {chosen!r} (write [{chosen!r}])")
+    index = {str(n): j for j, n in enumerate(names)} if names is not None else {}
+    out = []
+    for c in chosen:
+        if isinstance(c, (int, np.integer)) and not isinstance(c, bool):
+            if not 0 <= c < d:
+                raise ValueError(f"{what} names column {c}, but X has {d} columns")
+            out.append(int(c))
+        elif isinstance(c, str):
+            if c not in index:
+                known = f"its columns are {list(index)}" if index else "X has no column names"
+                raise ValueError(f"{what} names column {c!r}, which X does not have ({known})")
+            out.append(index[c])
+        else:
+            raise TypeError(f"{what} takes column names or positions, got {c!r}")
+    return tuple(out)
+
+
 def check_positive_ints(est, *names):
     """Each named parameter of ``est`` is a positive integer (not a bool), else ValueError."""
     for name in names:

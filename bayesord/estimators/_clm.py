@@ -28,6 +28,7 @@ from ._base import (
     binary_columns,
     check_positive_ints,
     check_level,
+    column_positions,
     class_from_proba,
     draws_key,
     fresh_fit,
@@ -210,33 +211,12 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
 
     def _resolve(self, names, d):
         """The constructor's column choices as index tuples ``(location, nominal, scale)``."""
-        index = {str(n): j for j, n in enumerate(names)} if names is not None else {}
-
-        def pick(what, chosen):
-            if chosen is None:
-                return ()
-            if isinstance(chosen, (str, int, np.integer)):
-                raise TypeError(f"{what} must be a list of columns, got {chosen!r} (write [{chosen!r}])")
-            out = []
-            for c in chosen:
-                if isinstance(c, (int, np.integer)) and not isinstance(c, bool):
-                    if not 0 <= c < d:
-                        raise ValueError(f"{what} names column {c}, but X has {d} columns")
-                    out.append(int(c))
-                elif isinstance(c, str):
-                    if c not in index:
-                        known = f"its columns are {list(index)}" if index else "X has no column names"
-                        raise ValueError(f"{what} names column {c!r}, which X does not have ({known})")
-                    out.append(index[c])
-                else:
-                    raise TypeError(f"{what} takes column names or positions, got {c!r}")
-            return tuple(out)
-
-        nominal, scale = pick("nominal", self.nominal), pick("scale", self.scale)
+        nominal = column_positions("nominal", self.nominal, d, names)
+        scale = column_positions("scale", self.scale, d, names)
         if self.location is None:
             location = tuple(j for j in range(d) if j not in nominal)
         else:
-            location = pick("location", self.location)
+            location = column_positions("location", self.location, d, names)
         unused = sorted(set(range(d)) - set(location) - set(nominal) - set(scale))
         if unused:
             label = [str(names[j]) for j in unused] if names is not None else unused

@@ -29,6 +29,7 @@ from ._base import (
     binary_columns,
     check_positive_ints,
     check_level,
+    column_positions,
     class_from_proba,
     draws_key,
     fresh_fit,
@@ -229,29 +230,11 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
                            max_inner=int(self.max_inner))
 
     def _slope_indices(self, d, names):
-        """``random_slopes`` as indices of the ``d`` columns named ``names``."""
-        slopes = self.random_slopes
-        if slopes is None or isinstance(slopes, (str, int, np.integer)):
-            raise TypeError(f"random_slopes must be a list of columns (indices or names), got {slopes!r}")
-        out = []
-        for col in slopes:
-            if isinstance(col, (int, np.integer)) and not isinstance(col, bool):
-                if not 0 <= col < d:
-                    raise ValueError(f"random_slopes names column {col}, but X has {d} columns")
-                out.append(int(col))
-            elif isinstance(col, str):
-                if names is None:
-                    raise ValueError(f"random_slopes names column {col!r}, but X has no column names "
-                                     "(pass a DataFrame, or give indices)")
-                if col not in list(names):
-                    raise ValueError(f"random_slopes names column {col!r}, which X does not have "
-                                     f"(columns: {list(names)})")
-                out.append(list(names).index(col))
-            else:
-                raise TypeError(f"random_slopes holds {col!r}: give column indices or names")
+        """``random_slopes`` as positions of the ``d`` columns named ``names``."""
+        out = column_positions("random_slopes", self.random_slopes, d, names)
         if len(set(out)) != len(out):
-            raise ValueError(f"random_slopes names a column twice: {list(slopes)!r}")
-        return tuple(out)
+            raise ValueError(f"random_slopes names a column twice: {list(self.random_slopes)!r}")
+        return out
 
     @fresh_fit
     def fit(self, X, y, groups, sample_weight=None, classes=None):
@@ -381,10 +364,9 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         X = self._validate_predict(X)
         levels = self.groups_ if isinstance(self.groups_, list) else [self.groups_]
         if hasattr(groups, "columns") and len(levels) > 1:
-            unknown = [c for c in self.group_factors_ if c not in list(map(str, groups.columns))]
-            if not unknown:  # the factors' columns by name, in the fit's order
-                groups = groups[[c for c in groups.columns if str(c) in self.group_factors_]]
-                groups = groups[sorted(groups.columns, key=lambda c: self.group_factors_.index(str(c)))]
+            by_name = {str(c): c for c in groups.columns}
+            if all(f in by_name for f in self.group_factors_):  # the factors' columns by name, in the fit's order
+                groups = groups[[by_name[f] for f in self.group_factors_]]
         labels = _labels_of_groups(groups, X.shape[0], factors=len(levels) > 1)
         if len(levels) > 1 and (labels.ndim != 2 or labels.shape[1] != len(levels)):
             raise ValueError(f"groups needs one column per grouping factor ({len(levels)}: "
@@ -497,16 +479,17 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         terms, factors = self.group_terms_, self.group_factors_
         if len(factors) > 1:
             sd_names = [f"sd({f})" for f in factors]
-            p = len(factors)
+        elif len(terms) == 1:
+            sd_names = [f"sd({factors[0]})"]
         else:
-            p = len(terms)
-            sd_names = [f"sd({factors[0]})"] if p == 1 else [f"sd({factors[0]}: {t})" for t in terms]
-        group = factors[0]
-        rows, cols = np.tril_indices(p if len(factors) == 1 else 1, -1)
-        corr_names = [f"corr({group}: {terms[j]}, {terms[i]})" for i, j in zip(rows, cols)]
+            sd_names = [f"sd({factors[0]}: {t})" for t in terms]
+        # Correlations between the terms of one factor (none with several: intercepts only).
+        rows, cols = np.tril_indices(len(terms), -1)
+        corr_names = [f"corr({factors[0]}: {terms[j]}, {terms[i]})" for i, j in zip(rows, cols)]
         res = self.result_
         sd_group = np.asarray(res.group_sd)
-        corr = np.asarray(res.group_cov)[rows, cols] / (sd_group[rows] * sd_group[cols]) if rows.size else rows
+        p = sd_group.size
+        corr = np.asarray(res.group_cov)[rows, cols] / (sd_group[rows] * sd_group[cols])
         names = self._coef_names() + threshold_names(self.classes_) + sd_names + corr_names
         mean = np.concatenate([self.coef_, self.thresholds_, sd_group, corr])
         sd = np.sqrt(np.diag(self.cov_))
@@ -542,10 +525,9 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
 
         check_is_fitted(self, "group_effects_")
         res = self.result_
-        mode, cov = (np.asarray(a) for a in effects_on_user_scale(res))
-        T_cond = effects_on_user_scale(dataclasses.replace(res, effects_cov=res.effects_cond_cov))[1]
+        mode, cov, cond_cov = (np.asarray(a) for a in effects_on_user_scale(res))
         sd = np.sqrt(np.diagonal(cov, axis1=1, axis2=2)).ravel()
-        cond_sd = np.sqrt(np.diagonal(np.asarray(T_cond), axis1=1, axis2=2)).ravel()
+        cond_sd = np.sqrt(np.diagonal(cond_cov, axis1=1, axis2=2)).ravel()
         if len(self.group_factors_) > 1:
             index = pd.MultiIndex.from_tuples([(f, level) for f, lv in zip(self.group_factors_, self.groups_)
                                                for level in lv.tolist()], names=["factor", "group"])
