@@ -36,15 +36,18 @@ D_j^{-1} Lambda^T)`` (``clmm``'s conditional modes and variances); its total cov
 the uncertainty of ``eta`` propagated through ``Lambda v*_j(eta)`` (delta method), and so
 does its covariance with ``eta``.
 
-**Several grouping factors** (crossed, as judges and bottles, or nested), each with a random
-intercept ``u_r ~ N(0, tau_r^2 I)``: the latent value of a row adds one effect per factor, and
-``D`` is no longer block diagonal, since two factors' levels are coupled through the rows they
-share.  Ordering the effects with the factor of most levels, ``b``, first,
-``D = [[A, B], [B^T, C]]`` with ``A`` diagonal (q_b) and ``C`` the other factors' levels
-(dense, ``Q - q_b`` square, small when those factors have few levels), and Newton steps,
+**Several grouping factors** (crossed, as judges and bottles, or nested), each with its own
+random design ``r_{ri}`` (an intercept, and slopes if asked) and ``u_{rj} = Lambda_r v_{rj} ~
+N(0, Sigma_r)``: the latent value of a row adds ``r_{ri}^T u_{r, g_r(i)}`` for every factor,
+and ``D`` is no longer block diagonal, since two factors' levels are coupled through the rows
+they share.  Every factor's effects are padded with zeros to the largest ``p`` (a padded
+entry has ``h = -v^2/2``, mode 0 and precision 1: it changes neither (1) nor anything else).
+Ordering the effects with the factor of most levels, ``b``, first, ``D = [[A, B], [B^T, C]]``
+with ``A`` block diagonal (q_b blocks of p x p) and ``C`` the other factors' levels (dense,
+``(Q - q_b) p`` square, small when those factors have few levels), and Newton steps,
 ``log|D| = log|A| + log|S|`` and ``D^{-1}`` come from the Schur complement
 ``S = C - B^T A^{-1} B``.  Nothing of size ``q_b^2`` is formed; the cost per step is
-``O(n + q_b (Q - q_b)^2 + (Q - q_b)^3)``.  The conditional modes then take one joint
+``O(n p^2 + q_b p^3 ((Q - q_b)^2 + 1) + ((Q - q_b) p)^3)``.  The conditional modes then take one joint
 backtracking step (the groups are coupled), and a row's predictive variance adds the
 covariances between its levels of different factors.
 
@@ -112,8 +115,8 @@ class MixedConfig:
         link: any of :data:`bayesord._links.LINKS` ("probit", "logit", "cloglog",
             "loglog", "cauchit").
         slopes: the columns of ``X`` (indices) whose slopes vary by group, besides the
-            random intercept; ``()`` for random intercepts only (always, with several
-            grouping factors).
+            random intercept; ``()`` for random intercepts only.  With several grouping
+            factors, one tuple of columns per factor (``()`` for a random intercept only).
         max_newton: cap on Newton iterations of the outer maximisation of (1).
         max_inner: cap on Newton iterations of each conditional-mode solve.
     """
@@ -137,15 +140,7 @@ class MixedConfig:
                                else int(levels[0]))
         if self.max_newton < 1 or self.max_inner < 1:
             raise ValueError("max_newton and max_inner must be at least 1")
-        slopes = tuple(self.slopes)
-        if not all(isinstance(j, (int, np.integer)) and j >= 0 for j in slopes):
-            raise ValueError(f"slopes must be column indices (non-negative integers), got {self.slopes!r}")
-        if len(set(slopes)) != len(slopes):
-            raise ValueError(f"slopes names a column twice: {self.slopes!r}")
-        if slopes and len(levels) > 1:
-            raise ValueError("random slopes go with one grouping factor; with several, each has a "
-                             "random intercept only")
-        object.__setattr__(self, "slopes", tuple(int(j) for j in slopes))
+        object.__setattr__(self, "slopes", _check_slopes(self.slopes, len(levels)))
 
     @property
     def levels(self):
@@ -153,23 +148,56 @@ class MixedConfig:
         return self.n_groups if isinstance(self.n_groups, tuple) else (self.n_groups,)
 
     @property
+    def factor_slopes(self):
+        """Each grouping factor's slope columns, a tuple of tuples."""
+        return (self.slopes,) if len(self.levels) == 1 else self.slopes
+
+    @property
+    def factor_effects(self):
+        """Each grouping factor's number of group effects ``p_r`` (its intercept and slopes)."""
+        return tuple(1 + len(s) for s in self.factor_slopes)
+
+    @property
     def n_effects(self):
-        """p, the number of group effects per level (the intercept and the slopes)."""
-        return 1 + len(self.slopes)
+        """p, the number of group effects per level: the largest ``p_r`` (with several factors,
+        the others' effects are padded with zeros to it)."""
+        return max(self.factor_effects)
 
     @property
     def n_cov_params(self):
-        """Entries of ``lambda``: ``p (p + 1) / 2`` for one factor, one per factor for several."""
-        p = self.n_effects
-        return p * (p + 1) // 2 if len(self.levels) == 1 else len(self.levels)
+        """Entries of ``lambda``: ``p_r (p_r + 1) / 2`` per factor."""
+        return sum(p * (p + 1) // 2 for p in self.factor_effects)
+
+
+def _check_slopes(slopes, n_factors):
+    """``slopes`` as column indices: a tuple for one factor, a tuple of tuples (one per factor,
+    ``()`` for none) for several."""
+    def columns(s, what):
+        s = tuple(s)
+        if not all(isinstance(j, (int, np.integer)) and not isinstance(j, bool) and j >= 0 for j in s):
+            raise ValueError(f"{what} must be column indices (non-negative integers), got {s!r}")
+        if len(set(s)) != len(s):
+            raise ValueError(f"{what} names a column twice: {s!r}")
+        return tuple(int(j) for j in s)
+
+    slopes = tuple(slopes)
+    if n_factors == 1:
+        return columns(slopes, "slopes")
+    if not slopes:
+        return ((),) * n_factors
+    if len(slopes) != n_factors or not all(isinstance(s, (tuple, list)) for s in slopes):
+        raise ValueError(f"with {n_factors} grouping factors, slopes must hold one tuple of columns per "
+                         f"factor (() for a random intercept only), got {slopes!r}")
+    return tuple(columns(s, f"slopes of factor {r}") for r, s in enumerate(slopes))
 
 
 @result_type
 class MixedResult:
-    """A fitted ordinal mixed model: random intercepts (and slopes) for one grouping factor, or
-    random intercepts for several.  With several factors, the group arrays hold every
-    factor's levels one factor after the other (in the configuration's order), ``Q = sum q_r``
-    rows with ``p = 1``."""
+    """A fitted ordinal mixed model: random intercepts (and slopes) for one or several grouping
+    factors.  With several factors, the group arrays hold every factor's levels one factor
+    after the other (in the configuration's order), ``Q = sum q_r`` rows of ``p`` entries,
+    ``p`` the most group terms of any factor (a factor with fewer has its entries padded with
+    zeros)."""
 
     config: MixedConfig
     """The static configuration the model was fitted with (the link among it)."""
@@ -179,15 +207,15 @@ class MixedResult:
     """Thresholds ``b_1 < ... < b_{K-1}`` at ``x = 0`` (as ``clmm`` reports them), (K-1,)."""
     group_cov: jax.Array
     """Covariance ``Sigma`` of the group effects on the user's scale (the intercept at
-    ``x = 0``, slopes per unit of their columns), shape (p, p); with several factors the
-    diagonal matrix of their variances, (R, R)."""
+    ``x = 0``, slopes per unit of their columns), shape (p, p); with several factors block
+    diagonal, each factor's ``Sigma_r`` in turn, (sum p_r, sum p_r)."""
     group_sd: jax.Array
-    """Standard deviations of the group effects, ``sqrt(diag(group_cov))``, shape (p,) or (R,)."""
+    """Standard deviations of the group effects, ``sqrt(diag(group_cov))``, shape (sum p_r,)."""
     cov: jax.Array
-    """Covariance of ``(coef, thresholds, group_sd, corr)``, shape (d + K - 1 + p + p (p - 1) / 2,)
-    squared (``(coef, thresholds, group_sd)`` with several factors): the inverse of minus the
-    Hessian of (1), mapped to these parameters by the delta method; ``corr`` are the
-    correlations of the group effects below the diagonal, row by row."""
+    """Covariance of ``(coef, thresholds, group_sd, corr)``, shape (d + K - 1 + sum p_r +
+    sum p_r (p_r - 1) / 2,) squared: the inverse of minus the Hessian of (1), mapped to these
+    parameters by the delta method; ``corr`` are each factor's correlations of its group
+    effects below the diagonal, row by row, one factor after the other."""
     center: jax.Array
     """Column offsets the fit was centred at, shape (d,)."""
     scale: jax.Array
@@ -197,13 +225,12 @@ class MixedResult:
     ``m = d + K - 1 + config.n_cov_params``; ``beta_z = scale * coef`` acts on the standardised
     columns, the thresholds ``thresholds_from_params(theta)`` on the centred latent, and
     ``lambda`` holds ``Lambda`` of the standardised random design row by row (with several
-    factors, each factor's sd up to its sign)."""
+    factors, each factor's ``Lambda_r`` in turn)."""
     eta_cov: jax.Array
     """Laplace covariance of ``eta``, shape (m, m)."""
     effects: jax.Array
     """Conditional modes of the group effects ``u_j = Lambda v*_j`` on the standardised random
-    design (intercept at the columns' centre, slopes per standardised unit), shape (q, p)
-    ((Q, 1) with several factors)."""
+    design (intercept at the columns' centre, slopes per standardised unit), shape (Q, p)."""
     effects_cond_cov: jax.Array
     """Their covariances given ``eta``, ``Lambda D_j^{-1} Lambda^T`` (``clmm``'s ``condVar``),
     shape (q, p, p)."""
@@ -213,12 +240,13 @@ class MixedResult:
     effects_cross: jax.Array
     """Covariance of each group effect with ``eta``, shape (q, p, m)."""
     factor_cross_cov: jax.Array
-    """With several factors, the posterior covariance between the levels of the factor with
-    the most levels (``b``) and those of the others, in their order, shape (q_b, Q - q_b)
-    ((q, 0) for one factor)."""
+    """With several factors, the posterior covariance between the effects of the levels of the
+    factor with the most levels (``b``) and those of the others, in their order, as a matrix
+    of (p, p) tiles, shape (q_b p, (Q - q_b) p) ((q, 0) for one factor)."""
     factor_rest_cov: jax.Array
-    """With several factors, the posterior covariance among the levels of all factors but
-    ``b``, shape (Q - q_b, Q - q_b) ((0, 0) for one factor)."""
+    """With several factors, the posterior covariance among the effects of the levels of all
+    factors but ``b``, as (p, p) tiles, shape ((Q - q_b) p, (Q - q_b) p) ((0, 0) for one
+    factor)."""
     loglik: jax.Array
     """The Laplace approximation (1) of the marginal log-likelihood at the optimum."""
     n_iter: jax.Array
@@ -254,31 +282,56 @@ def _tril_basis(p, dtype):
     return jnp.asarray(E, dtype)
 
 
-def _unpack(eta, d, p, n_lam):
+def _unpack(eta, d, config):
     """``(beta_z, b, Lambda)`` from ``eta = (beta_z, theta, lambda)``; ``b`` of the centred latent.
 
-    ``Lambda`` is (p, p) for one factor; with several (``n_lam`` > ``p (p + 1) / 2``, p = 1)
-    it is the vector of the factors' ``lambda`` (their sds up to sign), shape (R,)."""
+    ``Lambda`` is (p, p) for one factor; with several, each factor's ``Lambda_r`` (from its
+    ``p_r (p_r + 1) / 2`` entries of ``lambda``, in the factors' order) padded with zeros to
+    the largest ``p``, stacked, (R, p, p)."""
+    n_lam, P = config.n_cov_params, config.n_effects
     lam = eta[eta.shape[0] - n_lam:]
     b = thresholds_from_params(eta[d:eta.shape[0] - n_lam])
-    if n_lam != p * (p + 1) // 2:
-        return eta[:d], b, lam
-    return eta[:d], b, jnp.einsum("k,kij->ij", lam, _tril_basis(p, eta.dtype))
+    blocks, at = [], 0
+    for p in config.factor_effects:
+        k = p * (p + 1) // 2
+        Lam = jnp.einsum("k,kij->ij", lam[at:at + k], _tril_basis(p, eta.dtype))
+        blocks.append(jnp.pad(Lam, ((0, P - p), (0, P - p))))
+        at += k
+    return eta[:d], b, blocks[0] if len(blocks) == 1 else jnp.stack(blocks)
 
 
-def _random_design(Z, slopes):
-    """Each row's random-effects design ``r_i = (1, z_i[slopes])``, shape (n, p)."""
-    ones = jnp.ones((Z.shape[0], 1), Z.dtype)
-    return jnp.concatenate([ones, Z[:, np.asarray(slopes, np.int32)]], axis=1) if slopes else ones
+def _initial_lambda(config, dtype):
+    """``lambda`` of every factor's ``Lambda_r = _INITIAL_SD I``."""
+    return jnp.concatenate([jnp.einsum("kij,ij->k", _tril_basis(p, dtype), _INITIAL_SD * jnp.eye(p, dtype=dtype))
+                            for p in config.factor_effects])
+
+
+def _random_design(Z, slopes, width=None):
+    """Each row's random-effects design ``r_i = (1, z_i[slopes])``, padded with zeros to
+    ``width`` entries (default: none), shape (n, width)."""
+    parts = [jnp.ones((Z.shape[0], 1), Z.dtype)]
+    if slopes:
+        parts.append(Z[:, np.asarray(slopes, np.int32)])
+    if width is not None and width > 1 + len(slopes):
+        parts.append(jnp.zeros((Z.shape[0], width - 1 - len(slopes)), Z.dtype))
+    return jnp.concatenate(parts, axis=1) if len(parts) > 1 else parts[0]
+
+
+def _design(Z, config):
+    """The random-effects design of rows ``Z``: (n, p) for one factor; for several each
+    factor's, padded to the largest ``p``, (n, R, p)."""
+    if len(config.levels) == 1:
+        return _random_design(Z, config.slopes)
+    return jnp.stack([_random_design(Z, s, config.n_effects) for s in config.factor_slopes], axis=1)
 
 
 class _Layout(NamedTuple):
     """Where each factor's levels lie in the vector of all effects (static).
 
     The fit orders the effects with the factor of most levels, ``big``, first, then the
-    others in their order (``rest``): ``D`` is then ``[[A, B], [B^T, C]]`` with ``A`` diagonal
-    (q_big) and ``C`` dense but small (the other factors' levels).  Results list the factors
-    in the configuration's order."""
+    others in their order (``rest``): ``D`` is then ``[[A, B], [B^T, C]]`` with ``A`` block
+    diagonal (q_big blocks of p x p) and ``C`` dense but small (the other factors' levels).
+    Results list the factors in the configuration's order."""
 
     levels: tuple
     big: int
@@ -311,8 +364,9 @@ def _to_config_order(layout):
 
 
 class _Crossed(NamedTuple):
-    """``D = [[diag(A), B], [B^T, C]]`` for several factors, with the Schur complement
-    ``S = C - B^T diag(A)^{-1} B`` factorised: ``Y = diag(A)^{-1} B``, ``L`` its Cholesky factor."""
+    """``D = [[A, B], [B^T, C]]`` for several factors (``A`` as its (q_b, p, p) blocks, ``B``
+    (q_b p, (Q - q_b) p)), with the Schur complement ``S = C - B^T A^{-1} B`` factorised:
+    ``Y = A^{-1} B``, ``L`` the Cholesky factor of ``S``."""
 
     A: jax.Array
     B: jax.Array
@@ -320,20 +374,19 @@ class _Crossed(NamedTuple):
     L: jax.Array
 
 
-def _group_terms(v, eta, Z, R, y, groups, weights, link, levels):
+def _group_terms(v, eta, Z, R, y, groups, weights, config):
     """Value, gradient (Q, p) and precision ``D`` of ``h(v) = l(Lambda v) - |v|^2/2``.
 
     One factor: the value per group (q,) and ``D`` as its blocks ``D_j`` (q, p, p).  Several
     factors: the total value (1,) and ``D`` as :class:`_Crossed`."""
-    if not isinstance(levels, tuple) or len(levels) == 1:
-        return _block_terms(v, eta, Z, R, y, groups, weights, link, levels)
-    return _crossed_terms(v, eta, Z, y, groups, weights, link, _layout(levels))
+    if len(config.levels) == 1:
+        return _block_terms(v, eta, Z, R, y, groups, weights, config)
+    return _crossed_terms(v, eta, Z, R, y, groups, weights, config)
 
 
-def _block_terms(v, eta, Z, R, y, groups, weights, link, levels):
-    q = levels[0] if isinstance(levels, tuple) else levels
-    p = R.shape[1]
-    beta, b, Lam = _unpack(eta, Z.shape[1], p, p * (p + 1) // 2)
+def _block_terms(v, eta, Z, R, y, groups, weights, config):
+    q, p, link = config.levels[0], R.shape[1], config.link
+    beta, b, Lam = _unpack(eta, Z.shape[1], config)
     RL = R @ Lam  # d f_i / d v_{g(i)}
     f = Z @ beta + jnp.sum(RL * v[groups], axis=1)
     sigma = jnp.ones((), f.dtype)
@@ -351,42 +404,63 @@ def _block_terms(v, eta, Z, R, y, groups, weights, link, levels):
     return value, grad, jnp.eye(p, dtype=f.dtype) + info
 
 
-def _crossed_terms(v, eta, Z, y, groups, weights, link, layout):
-    n_fac = len(layout.levels)
+def _blocks_to_matrix(blocks, rows, cols):
+    """(rows cols, p, p) blocks, row-major, as the (rows p, cols p) matrix they tile."""
+    p = blocks.shape[-1]
+    if p == 1:
+        return blocks.reshape(rows, cols)
+    return blocks.reshape(rows, cols, p, p).transpose(0, 2, 1, 3).reshape(rows * p, cols * p)
+
+
+def _crossed_terms(v, eta, Z, R, y, groups, weights, config):
+    layout = _layout(config.levels)
+    n_fac, P = len(layout.levels), config.n_effects
     Q, qb = layout.n_effects, layout.levels[layout.big]
     Q2 = Q - qb
-    beta, b, lam = _unpack(eta, Z.shape[1], 1, n_fac)
-    idx = [groups[:, r] + layout.offset[r] for r in range(n_fac)]  # each row's level, fit's order
-    vv = v[:, 0]
-    f = Z @ beta + sum(lam[r] * vv[idx[r]] for r in range(n_fac))
+    beta, b, Lam = _unpack(eta, Z.shape[1], config)
+    # Row i's latent adds r_ri^T Lambda_r v_j for its level j of each factor r.  Sums over rows
+    # are taken of the designs r_ri, and Lambda_r is applied to the levels' sums, so no
+    # row-length array depends on Lambda.
+    at = [slice(layout.offset[r], layout.offset[r] + layout.levels[r]) for r in range(n_fac)]
+    u = [v[at[r]] @ Lam[r].T for r in range(n_fac)]
+    f = Z @ beta + sum(jnp.sum(R[:, r] * u[r][groups[:, r]], axis=1) for r in range(n_fac))
     sigma = jnp.ones((), f.dtype)
-    r_ = ordinal_ratios(f, y, b, sigma, link)
-    t = terms_from_ratios(f, y, b, sigma, *r_, link)
-    value = (jnp.sum(weights * r_[0]) - 0.5 * jnp.sum(vv * vv))[None]
-    grad = sum(lam[r] * jax.ops.segment_sum(weights * t.d_f, idx[r], Q) for r in range(n_fac)) - vv
+    r_ = ordinal_ratios(f, y, b, sigma, config.link)
+    t = terms_from_ratios(f, y, b, sigma, *r_, config.link)
+    value = (jnp.sum(weights * r_[0]) - 0.5 * jnp.sum(v * v))[None]
+    g_f = (weights * t.d_f)[:, None]
+    grad = jnp.concatenate([jax.ops.segment_sum(g_f * R[:, r], groups[:, r], layout.levels[r]) @ Lam[r]
+                            for r in (layout.big,) + layout.rest]) - v
     W = -weights * t.d_ff
+
+    def info(r, s, codes, size):  # sum over each (level of r, level of s) of Lambda_r^T W r_r r_s^T Lambda_s
+        if P == 1:  # random intercepts: sums of numbers
+            return (Lam[r, 0, 0] * Lam[s, 0, 0] * jax.ops.segment_sum(W * R[:, r, 0] * R[:, s, 0], codes, size)
+                    )[:, None, None]
+        M = jax.ops.segment_sum(W[:, None, None] * R[:, r, :, None] * R[:, s, None, :], codes, size)
+        return jnp.einsum("ai,kab,bj->kij", Lam[r], M, Lam[s])
+
     big, rest = layout.big, layout.rest
-    A = 1.0 + lam[big] ** 2 * jax.ops.segment_sum(W, groups[:, big], qb)
+    eye = jnp.eye(P, dtype=f.dtype)
+    A = eye + info(big, big, groups[:, big], qb)
     rest_idx = {r: groups[:, r] + layout.rest_offset[r] for r in rest}
-    B = sum(lam[big] * lam[r] * jax.ops.segment_sum(W, groups[:, big] * Q2 + rest_idx[r], qb * Q2)
-            for r in rest).reshape(qb, Q2)
-    C = jnp.eye(Q2, dtype=f.dtype) + sum(
-        lam[r] * lam[s] * jax.ops.segment_sum(W, rest_idx[r] * Q2 + rest_idx[s], Q2 * Q2)
-        for r in rest for s in rest).reshape(Q2, Q2)
-    Y = B / A[:, None]
+    B = _blocks_to_matrix(sum(info(big, r, groups[:, big] * Q2 + rest_idx[r], qb * Q2) for r in rest), qb, Q2)
+    C = jnp.eye(Q2 * P, dtype=f.dtype) + _blocks_to_matrix(
+        sum(info(r, s, rest_idx[r] * Q2 + rest_idx[s], Q2 * Q2) for r in rest for s in rest), Q2, Q2)
+    Y = _precision_solve(A, B.reshape(qb, P, Q2 * P)).reshape(qb * P, Q2 * P)
     L = jnp.linalg.cholesky(C - B.T @ Y)  # NaN where D is not positive definite
-    return value, grad[:, None], _Crossed(A, B, Y, L)
+    return value, grad, _Crossed(A, B, Y, L)
 
 
 def _precision_solve(prec, rhs):
     """``D^{-1} rhs`` for rhs (Q, p) or (Q, p, m)."""
     if isinstance(prec, _Crossed):
         shape = rhs.shape
-        g = rhs.reshape(shape[0], -1)
-        qb = prec.A.shape[0]
-        x2 = jax.scipy.linalg.cho_solve((prec.L, True), g[qb:] - prec.Y.T @ g[:qb])
-        x1 = (g[:qb] - prec.B @ x2) / prec.A[:, None]
-        return jnp.concatenate([x1, x2]).reshape(shape)
+        qb, p = prec.A.shape[:2]
+        g = rhs.reshape(shape[0] * p, -1)
+        x2 = jax.scipy.linalg.cho_solve((prec.L, True), g[qb * p:] - prec.Y.T @ g[:qb * p])
+        x1 = _precision_solve(prec.A, (g[:qb * p] - prec.B @ x2).reshape(qb, p, -1))
+        return jnp.concatenate([x1.reshape(qb * p, -1), x2]).reshape(shape)
     if prec.shape[1] == 1:  # random intercepts: a division (a batch of 1 x 1 factorisations is slower)
         return rhs / prec.reshape(prec.shape[:1] + (1,) * (rhs.ndim - 1))
     L = jnp.linalg.cholesky(prec)  # NaN where a block is not positive definite
@@ -396,7 +470,7 @@ def _precision_solve(prec, rhs):
 def _precision_log_det(prec):
     """``log|D|`` (NaN where it is not positive definite)."""
     if isinstance(prec, _Crossed):
-        return jnp.sum(jnp.log(prec.A)) + 2.0 * jnp.sum(jnp.log(jnp.diagonal(prec.L)))
+        return _precision_log_det(prec.A) + 2.0 * jnp.sum(jnp.log(jnp.diagonal(prec.L)))
     if prec.shape[1] == 1:
         return jnp.sum(jnp.log(prec))
     return 2.0 * jnp.sum(jnp.log(jnp.diagonal(jnp.linalg.cholesky(prec), axis1=1, axis2=2)))
@@ -407,7 +481,7 @@ def _per_unit(x, value):
     return jnp.sum(x, axis=1) if value.shape[0] == x.shape[0] else jnp.sum(x)[None]
 
 
-def _solve_modes(eta, Z, R, y, groups, weights, v0, rtol, link, levels, max_iter):
+def _solve_modes(eta, Z, R, y, groups, weights, v0, rtol, config):
     """Conditional modes ``v*`` (Q, p) by Newton's method.
 
     With one factor ``h`` is a sum of one concave function per group, so each group takes
@@ -422,14 +496,14 @@ def _solve_modes(eta, Z, R, y, groups, weights, v0, rtol, link, levels, max_iter
     dtype = v0.dtype
 
     def evaluate(v):
-        return _group_terms(v, eta, Z, R, y, groups, weights, link, levels)
+        return _group_terms(v, eta, Z, R, y, groups, weights, config)
 
     def small(step, v):
         return jnp.abs(step) <= jnp.sqrt(rtol) * (1.0 + jnp.abs(v))
 
     def cond(c):
         v, _, grad, prec, _, it = c
-        return (it < max_iter) & ~jnp.all(small(_precision_solve(prec, grad), v))
+        return (it < config.max_inner) & ~jnp.all(small(_precision_solve(prec, grad), v))
 
     def body(c):
         v, value, grad, prec, t, it = c
@@ -455,40 +529,55 @@ def _solve_modes(eta, Z, R, y, groups, weights, v0, rtol, link, levels, max_iter
     return v + step, it, converged
 
 
-@partial(jax.custom_jvp, nondiff_argnums=(8, 9, 10))
-def _modes(eta, Z, R, y, groups, weights, v0, rtol, link, levels, max_iter):
+@partial(jax.custom_jvp, nondiff_argnums=(8,))
+def _modes(eta, Z, R, y, groups, weights, v0, rtol, config):
     """``v*(eta)``, differentiable in ``eta`` by the implicit function theorem."""
-    return _solve_modes(eta, Z, R, y, groups, weights, v0, rtol, link, levels, max_iter)
+    return _solve_modes(eta, Z, R, y, groups, weights, v0, rtol, config)
 
 
 @_modes.defjvp
-def _modes_jvp(link, levels, max_iter, primals, tangents):
+def _modes_jvp(config, primals, tangents):
     eta, Z, R, y, groups, weights, v0, rtol = primals
-    v, it, ok = _modes(eta, Z, R, y, groups, weights, v0, rtol, link, levels, max_iter)
+    v, it, ok = _modes(eta, Z, R, y, groups, weights, v0, rtol, config)
     # grad_v h(v*(eta), eta) = 0, so dv* = D^{-1} d(grad_v h)/deta . deta.
-    _, dgrad = jax.jvp(lambda e: _group_terms(v, e, Z, R, y, groups, weights, link, levels)[1],
+    _, dgrad = jax.jvp(lambda e: _group_terms(v, e, Z, R, y, groups, weights, config)[1],
                        (eta,), (tangents[0],))
-    prec = _group_terms(v, eta, Z, R, y, groups, weights, link, levels)[2]
+    prec = _group_terms(v, eta, Z, R, y, groups, weights, config)[2]
     zero_int = np.zeros((), dtype=jax.dtypes.float0)
     return (v, it, ok), (_precision_solve(prec, dgrad), zero_int, zero_int)
 
 
-def _laplace_loglik(eta, Z, R, y, groups, weights, v0, rtol, link, levels, max_iter):
+def _laplace_loglik(eta, Z, R, y, groups, weights, v0, rtol, config):
     """The Laplace approximation (1) and the conditional modes it was taken at."""
-    v, it, ok = _modes(eta, Z, R, y, groups, weights, jax.lax.stop_gradient(v0), rtol, link, levels, max_iter)
-    values, _, prec = _group_terms(v, eta, Z, R, y, groups, weights, link, levels)
+    v, it, ok = _modes(eta, Z, R, y, groups, weights, jax.lax.stop_gradient(v0), rtol, config)
+    values, _, prec = _group_terms(v, eta, Z, R, y, groups, weights, config)
     value = jnp.sum(values) - 0.5 * _precision_log_det(prec)
     return value, (v, ok)
 
 
-def _user_transform(center, scale, slopes):
+def _user_transform(center, scale, slopes, width=None):
     """``T`` (p, p) with ``u_user = T u``: the standardised random design ``(1, (x_s - c_s)/s_s)``
-    rewritten as ``(1, x_s)`` (the intercept moves to ``x = 0``)."""
+    rewritten as ``(1, x_s)`` (the intercept moves to ``x = 0``); padded with zeros to
+    ``width`` (default: none)."""
     cols = np.asarray(slopes, np.int32)
     c, s = center[cols], scale[cols]
     top = jnp.concatenate([jnp.ones((1,), center.dtype), -c / s])
-    return jnp.concatenate([top[None], jnp.concatenate([jnp.zeros((len(slopes), 1), center.dtype),
-                                                        jnp.diag(1.0 / s)], axis=1)], axis=0)
+    T = jnp.concatenate([top[None], jnp.concatenate([jnp.zeros((len(slopes), 1), center.dtype),
+                                                     jnp.diag(1.0 / s)], axis=1)], axis=0)
+    pad = 0 if width is None else width - 1 - len(slopes)
+    return jnp.pad(T, ((0, pad), (0, pad)))
+
+
+def _user_transforms(center, scale, config):
+    """Each factor's :func:`_user_transform`: (p, p) for one factor, (R, p, p) for several."""
+    if len(config.levels) == 1:
+        return _user_transform(center, scale, config.slopes)
+    return jnp.stack([_user_transform(center, scale, s, config.n_effects) for s in config.factor_slopes])
+
+
+def _factor_of(config):
+    """Each effect's factor, in the results' order (Q,)."""
+    return np.repeat(np.arange(len(config.levels)), config.levels)
 
 
 def _sd_and_corr(S):
@@ -503,46 +592,61 @@ def _sd_and_corr(S):
     return sd, jnp.where(both, S[rows, cols] / denom, 0.0)
 
 
-def _group_cov(Lam):
-    """``Sigma`` of the standardised random design from ``Lambda`` (or, with several factors,
-    the vector of their ``lambda``)."""
-    return Lam @ Lam.T if Lam.ndim == 2 else jnp.diag(Lam * Lam)
+def _user_group_covs(T, Lam, config):
+    """Each factor's ``Sigma_r`` on the user's scale, ``T_r Lambda_r Lambda_r^T T_r^T``, a list of (p_r, p_r)."""
+    if len(config.levels) == 1:
+        T, Lam = T[None], Lam[None]
+    return [(T[r] @ Lam[r] @ Lam[r].T @ T[r].T)[:p, :p] for r, p in enumerate(config.factor_effects)]
 
 
-def _effects_posterior(v, eta, eta_cov, args, link, config):
+def _effects_posterior(v, eta, eta_cov, args, config):
     """The group effects ``u = Lambda v*`` (Q, p), their conditional and total covariances
     (Q, p, p), their covariances with ``eta`` (Q, p, m), and, with several factors, the total
     covariances between levels of different factors (see :class:`MixedResult`)."""
-    d, p, n_lam = args[0].shape[1], config.n_effects, config.n_cov_params
-    levels = config.n_groups
-    prec = _group_terms(v, eta, *args, link, levels)[2]
+    d = args[0].shape[1]
+    prec = _group_terms(v, eta, *args, config)[2]
     # dv*/deta = D^{-1} d(grad_v h)/deta at v* (the implicit function theorem, as in _modes).
-    dv = _precision_solve(prec, jax.jacfwd(lambda e: _group_terms(v, e, *args, link, levels)[1])(eta))
-    Lam = _unpack(eta, d, p, n_lam)[2]
+    dv = _precision_solve(prec, jax.jacfwd(lambda e: _group_terms(v, e, *args, config)[1])(eta))
     if not isinstance(prec, _Crossed):
-        q = v.shape[0]
-        du = jnp.einsum("ij,qjm->qim", Lam, dv) + jax.jacfwd(lambda e: v @ _unpack(e, d, p, n_lam)[2].T)(eta)
+        Lam = _unpack(eta, d, config)[2]
+        q, p = v.shape
+        du = jnp.einsum("ij,qjm->qim", Lam, dv) + jax.jacfwd(lambda e: v @ _unpack(e, d, config)[2].T)(eta)
         cross = du @ eta_cov
         cond_cov = Lam @ _precision_solve(prec, jnp.broadcast_to(Lam.T, (q, p, p)))
         effects_cov = jnp.einsum("qim,qjm->qij", cross, du) + cond_cov
         empty = jnp.zeros((q, 0), eta.dtype)
         return v @ Lam.T, cond_cov, effects_cov, cross, empty, jnp.zeros((0, 0), eta.dtype)
-    layout = _layout(levels)
+    layout = _layout(config.levels)
     factor_of = np.concatenate([np.full(layout.levels[r], r) for r in (layout.big,) + layout.rest])
-    lam_rows = Lam[factor_of]  # each effect's lambda, in the fit's order
-    du = lam_rows[:, None] * dv[:, 0] + v * jax.jacfwd(lambda e: _unpack(e, d, 1, n_lam)[2][factor_of])(eta)
-    qb = layout.levels[layout.big]
+
+    def lam_rows(e):  # each effect's Lambda, in the fit's order
+        return _unpack(e, d, config)[2][factor_of]
+
+    Lr = lam_rows(eta)
+    du = jnp.einsum("qij,qjm->qim", Lr, dv) + jax.jacfwd(lambda e: jnp.einsum("qij,qj->qi", lam_rows(e), v))(eta)
+    qb, P = layout.levels[layout.big], v.shape[1]
+    Q2 = v.shape[0] - qb
     S_inv = jax.scipy.linalg.cho_solve((prec.L, True), jnp.eye(prec.L.shape[0], dtype=eta.dtype))
     YS = prec.Y @ S_inv
-    d_inv = jnp.concatenate([1.0 / prec.A + jnp.sum(YS * prec.Y, axis=1), jnp.diagonal(S_inv)])
-    du_cov = du @ eta_cov
-    lb, lr = lam_rows[:qb], lam_rows[qb:]
-    between_big_rest = -lb[:, None] * YS * lr[None, :] + du_cov[:qb] @ du[qb:].T
-    between_rest = lr[:, None] * S_inv * lr[None, :] + du_cov[qb:] @ du[qb:].T
-    cond_var = lam_rows**2 * d_inv
+    # The (p, p) diagonal blocks of D^{-1}: A_j^{-1} + (Y S^{-1} Y^T)_jj, then those of S^{-1}.
+    A_inv = _precision_solve(prec.A, jnp.broadcast_to(jnp.eye(P, dtype=eta.dtype), prec.A.shape))
+    Yb, YSb = prec.Y.reshape(qb, P, -1), YS.reshape(qb, P, -1)
+    S4 = S_inv.reshape(Q2, P, Q2, P)
+    rest = np.arange(Q2)
+    d_inv = jnp.concatenate([A_inv + jnp.einsum("qik,qjk->qij", YSb, Yb), S4[rest, :, rest, :]])
+    cond_cov = Lr @ d_inv @ jnp.swapaxes(Lr, 1, 2)
+    du_cov = jnp.einsum("qim,ml->qil", du, eta_cov)
+    Lb, Lo = Lr[:qb], Lr[qb:]
+
+    def between(L1, inv, L2, c1, c2):  # Cov(u_j, u_k) for levels j of c1 and k of c2, tiled (|c1| p, |c2| p)
+        out = jnp.einsum("qia,qakb,kjb->qikj", L1, inv, L2) + jnp.einsum("qim,kjm->qikj", c1, c2)
+        return out.reshape(L1.shape[0] * P, L2.shape[0] * P)
+
+    between_big_rest = between(Lb, -YS.reshape(qb, P, Q2, P), Lo, du_cov[:qb], du[qb:])
+    between_rest = between(Lo, S4, Lo, du_cov[qb:], du[qb:])
     order = _to_config_order(layout)  # the covariances between factors keep the fit's order
-    return ((lam_rows * v[:, 0])[order][:, None], cond_var[order][:, None, None],
-            (cond_var + jnp.sum(du_cov * du, axis=1))[order][:, None, None], du_cov[order][:, None, :],
+    effects_cov = cond_cov + jnp.einsum("qim,qjm->qij", du_cov, du)
+    return (jnp.einsum("qij,qj->qi", Lr, v)[order], cond_cov[order], effects_cov[order], du_cov[order],
             between_big_rest, between_rest)
 
 
@@ -588,24 +692,20 @@ def fit_mixed(X, y, groups, weights, rtol, *, config: MixedConfig) -> MixedResul
     if groups.shape[1:] != (() if isinstance(config.n_groups, int) else (n_fac,)):
         raise ValueError(f"groups has shape {groups.shape}; config.n_groups={config.n_groups} needs "
                          f"{'(n,)' if isinstance(config.n_groups, int) else f'(n, {n_fac})'}")
-    if any(j >= d for j in config.slopes):
+    if any(j >= d for s in config.factor_slopes for j in s):
         raise ValueError(f"config.slopes {config.slopes} names a column past the {d} columns of X")
     link, k1, p = config.link, config.n_classes - 1, config.n_effects
-    n_lam, Q = config.n_cov_params, sum(config.levels)
+    Q = sum(config.levels)
     center, scale = center_and_scale(X, weights)
     Z = (X - center) / scale
-    R = _random_design(Z, config.slopes)
+    R = _design(Z, config)
     b0 = initial_thresholds(y, weights, config.n_classes, link, dtype)
     theta0 = jnp.concatenate([b0[:1], jnp.log(jnp.diff(b0))])
-    if n_fac == 1:
-        lam0 = jnp.einsum("kij,ij->k", _tril_basis(p, dtype), _INITIAL_SD * jnp.eye(p, dtype=dtype))
-    else:
-        lam0 = jnp.full((n_fac,), _INITIAL_SD, dtype)
-    eta0 = jnp.concatenate([jnp.zeros(d, dtype), theta0, lam0])
+    eta0 = jnp.concatenate([jnp.zeros(d, dtype), theta0, _initial_lambda(config, dtype)])
     args = (Z, R, y, groups, weights)
 
     def objective(eta, v0):
-        return _laplace_loglik(eta, *args, v0, rtol, link, config.n_groups, config.max_inner)
+        return _laplace_loglik(eta, *args, v0, rtol, config)
 
     eta, value, hess, v, n_iter, converged, status = maximise_exact(objective, eta0, jnp.zeros((Q, p), dtype),
                                                                     rtol, config.max_newton)
@@ -615,40 +715,39 @@ def fit_mixed(X, y, groups, weights, rtol, *, config: MixedConfig) -> MixedResul
     eta_cov = jax.scipy.linalg.cho_solve((L, True), eye)
     status = jnp.where(chol_ok | (status != Status.SUCCESS), status, Status.NOT_POSITIVE_DEFINITE)
     effects, cond_cov, effects_cov, cross, between_big_rest, between_rest = _effects_posterior(
-        v, eta, eta_cov, args, link, config)
-    T = _user_transform(center, scale, config.slopes)
+        v, eta, eta_cov, args, config)
+    T = _user_transforms(center, scale, config)
 
-    def user_cov(Lam_e):  # Sigma on the user's scale (several factors: intercepts only, unchanged)
-        S = _group_cov(Lam_e)
-        return T @ S @ T.T if n_fac == 1 else S
-
-    def natural(e):
-        beta_z, b, Lam_e = _unpack(e, d, p, n_lam)
+    def natural(e):  # coef, thresholds, every factor's sds, then every factor's correlations
+        beta_z, b, Lam_e = _unpack(e, d, config)
         coef = beta_z / scale
-        sd, corr = _sd_and_corr(user_cov(Lam_e))
-        return jnp.concatenate([coef, b + center @ coef, sd, corr if n_fac == 1 else corr[:0]])
+        sds, corrs = zip(*(_sd_and_corr(S) for S in _user_group_covs(T, Lam_e, config)))
+        return jnp.concatenate([coef, b + center @ coef, *sds, *corrs])
 
     J = jax.jacfwd(natural)(eta)
     nat = natural(eta)
-    n_sd = p if n_fac == 1 else n_fac
+    n_sd = sum(config.factor_effects)
     status = jnp.where(jnp.isfinite(value), status, Status.NONFINITE)
+    group_cov = jax.scipy.linalg.block_diag(*_user_group_covs(T, _unpack(eta, d, config)[2], config))
     return MixedResult(
-        config=config, coef=nat[:d], thresholds=nat[d:d + k1],
-        group_cov=user_cov(_unpack(eta, d, p, n_lam)[2]), group_sd=nat[d + k1:d + k1 + n_sd],
-        cov=J @ eta_cov @ J.T, center=center, scale=scale, eta=eta, eta_cov=eta_cov, effects=effects,
-        effects_cond_cov=cond_cov, effects_cov=effects_cov, effects_cross=cross,
-        factor_cross_cov=between_big_rest, factor_rest_cov=between_rest, loglik=value, n_iter=n_iter,
-        converged=converged & chol_ok, status=status.astype(jnp.int32))
+        config=config, coef=nat[:d], thresholds=nat[d:d + k1], group_cov=group_cov,
+        group_sd=nat[d + k1:d + k1 + n_sd], cov=J @ eta_cov @ J.T, center=center, scale=scale, eta=eta,
+        eta_cov=eta_cov, effects=effects, effects_cond_cov=cond_cov, effects_cov=effects_cov,
+        effects_cross=cross, factor_cross_cov=between_big_rest, factor_rest_cov=between_rest, loglik=value,
+        n_iter=n_iter, converged=converged & chol_ok, status=status.astype(jnp.int32))
 
 
+@jax.jit
 def effects_on_user_scale(result: MixedResult):
     """The group effects on the user's scale (intercepts at ``x = 0``, slopes per unit of their
-    columns, as ``clmm``'s ``ranef``): modes (q, p), posterior covariances and conditional
-    covariances (``clmm``'s ``condVar``), each (q, p, p)."""
-    if len(result.config.levels) > 1:  # random intercepts only: nothing moves
-        return result.effects, result.effects_cov, result.effects_cond_cov
-    T = _user_transform(result.center, result.scale, result.config.slopes)
-    return result.effects @ T.T, T @ result.effects_cov @ T.T, T @ result.effects_cond_cov @ T.T
+    columns, as ``clmm``'s ``ranef``): modes (Q, p), posterior covariances and conditional
+    covariances (``clmm``'s ``condVar``), each (Q, p, p)."""
+    config = result.config
+    T = _user_transforms(result.center, result.scale, config)
+    T = jnp.broadcast_to(T, (result.effects.shape[0],) + T.shape) if T.ndim == 2 else T[_factor_of(config)]
+    Tt = jnp.swapaxes(T, 1, 2)
+    return (jnp.einsum("qij,qj->qi", T, result.effects), T @ result.effects_cov @ Tt,
+            T @ result.effects_cond_cov @ Tt)
 
 
 # --------------------------------------------------------------------- predictions
@@ -664,18 +763,18 @@ class _RowEffects(NamedTuple):
     unknown: jax.Array
 
     def new_var(self, Lam):
-        """``r^T Sigma r`` for a new group (one factor), or the sum of the new factors'
-        variances (several), at ``Lambda`` (n,)."""
+        """``r^T Sigma r`` for a new group (one factor), or the sum of it over the factors
+        whose level is new (several), at ``Lambda`` (n,)."""
         if Lam.ndim == 2:
             return self.unknown[:, 0] * jnp.sum((self.R @ Lam) ** 2, axis=1)
-        return self.unknown @ (Lam * Lam)
+        return jnp.sum(self.unknown * jnp.sum(jnp.einsum("nrp,rpk->nrk", self.R, Lam) ** 2, axis=2), axis=1)
 
 
 def _row_effects(result: MixedResult, Z, groups):
     """:class:`_RowEffects` of rows of standardised columns ``Z`` in ``groups`` (-1: a level
     the fit has not seen), shape (n,) for one factor or (n, R) for several."""
     config = result.config
-    R = _random_design(Z, config.slopes)
+    R = _design(Z, config)
     if isinstance(config.n_groups, int):
         known = groups >= 0
         g = jnp.where(known, groups, 0)
@@ -684,21 +783,29 @@ def _row_effects(result: MixedResult, Z, groups):
         var = known * jnp.einsum("np,npq,nq->n", R, result.effects_cov[g], R)
         return _RowEffects(mean, cross, var, R, (~known)[:, None].astype(Z.dtype))
     layout = _layout(config.n_groups)
-    n_fac = len(layout.levels)
+    n_fac, P = len(layout.levels), config.n_effects
     known = groups >= 0
     g = jnp.where(known, groups, 0)
     at = [g[:, r] + layout.config_offset[r] for r in range(n_fac)]
-    mean = sum(jnp.where(known[:, r], result.effects[at[r], 0], 0.0) for r in range(n_fac))
-    cross = sum(known[:, r, None] * result.effects_cross[at[r], 0] for r in range(n_fac))
-    var = sum(known[:, r] * result.effects_cov[at[r], 0, 0] for r in range(n_fac))
+    mean = sum(jnp.where(known[:, r], jnp.sum(R[:, r] * result.effects[at[r]], axis=1), 0.0)
+               for r in range(n_fac))
+    cross = sum(known[:, r, None] * jnp.einsum("np,npm->nm", R[:, r], result.effects_cross[at[r]])
+                for r in range(n_fac))
+    var = sum(known[:, r] * jnp.einsum("np,npq,nq->n", R[:, r], result.effects_cov[at[r]], R[:, r])
+              for r in range(n_fac))
+    qb = layout.levels[layout.big]
+    big_rest = result.factor_cross_cov.reshape(qb, P, -1, P)
+    rest_rest = result.factor_rest_cov.reshape(big_rest.shape[2], P, -1, P)
 
-    def between(r, s):  # Cov(u of factor r, u of factor s) at each row's levels, r != s
+    def between(r, s):  # r^T Cov(u of factor r, u of factor s) s at each row's levels, r != s
         if s == layout.big:
             r, s = s, r
         gs = g[:, s] + layout.rest_offset[s]
         if r == layout.big:
-            return result.factor_cross_cov[g[:, r], gs]
-        return result.factor_rest_cov[g[:, r] + layout.rest_offset[r], gs]
+            cov = big_rest[g[:, r], :, gs, :]
+        else:
+            cov = rest_rest[g[:, r] + layout.rest_offset[r], :, gs, :]
+        return jnp.einsum("np,npq,nq->n", R[:, r], cov, R[:, s])
 
     for r in range(n_fac):
         for s in range(r + 1, n_fac):
@@ -712,7 +819,7 @@ def _margin_moments(result: MixedResult, X, groups):
     eta, cov, config = result.eta, result.eta_cov, result.config
     d = result.coef.shape[0]
     Z = (jnp.asarray(X, eta.dtype) - result.center) / result.scale
-    beta_z, b, Lam = _unpack(eta, d, config.n_effects, config.n_cov_params)
+    beta_z, b, Lam = _unpack(eta, d, config)
     rows = _row_effects(result, Z, groups)
     # d(b_k - z^T beta_z)/d eta, shape (n, K-1, m): -z for beta_z, the threshold Jacobian
     # for theta, 0 for lambda.
@@ -779,7 +886,7 @@ def sample_class_probs_mixed(result: MixedResult, X, groups, key, *, n_draws: in
     one = jnp.ones((), eta.dtype)
 
     def one_draw(e_s, eps_s):
-        beta_z, b, Lam = _unpack(eta + e_s, d, config.n_effects, config.n_cov_params)
+        beta_z, b, Lam = _unpack(eta + e_s, d, config)
         mean = Z @ beta_z + rows.mean + gain @ e_s + jnp.sqrt(cond_var) * eps_s
         return jnp.exp(log_predictive_probs(mean, rows.new_var(Lam), one, b, link)[0])
 
@@ -791,7 +898,7 @@ def _plugin_proba(eta, result: MixedResult, X, groups):
     """Class probabilities at ``eta`` with each row's group effect at its conditional mode
     (0 for a new group), shape (n, K)."""
     config = result.config
-    beta_z, b, _ = _unpack(eta, result.coef.shape[0], config.n_effects, config.n_cov_params)
+    beta_z, b, _ = _unpack(eta, result.coef.shape[0], config)
     Z = (X - result.center) / result.scale
     c = _row_effects(result, Z, groups).mean
     one = jnp.ones((Z.shape[0],), eta.dtype)

@@ -3,7 +3,8 @@
 Part 1, agreement (needs ``../shared/datasets``): the two grouped data sets with both links,
 ``rating ~ temp + contact + (1 | judge)`` on ``wine`` and ``SURENESS ~ PROD + (1 | RESP)`` on
 ``soup``, the same with a random slope (``(1 + temp | judge)``, ``(1 + PROD | RESP)``), and
-``soup`` with respondents crossed with products (``(1 | RESP) + (1 | PRODID)``),
+``soup`` with respondents crossed with products (``(1 | RESP) + (1 | PRODID)``, and with
+the product effect varying by respondent, ``(1 + PROD | RESP) + (1 | PRODID)``),
 fitted by ``OrdinalMixed.from_formula`` and by ``clmm`` (Laplace, default settings)
 through ``Rscript`` in the same run: largest difference in the estimates (fixed effects,
 thresholds, group sds and correlation), in the fixed effects' standard errors, and in the
@@ -54,7 +55,8 @@ SETS = [("wine", "rating ~ temp + contact + (1 | judge)", "rating", "judge"),
         ("soup", "SURENESS ~ PROD + (1 | RESP)", "SURENESS", "RESP"),
         ("wine", "rating ~ temp + contact + (1 + temp | judge)", "rating", "judge"),
         ("soup", "SURENESS ~ PROD + (1 + PROD | RESP)", "SURENESS", "RESP"),
-        ("soup", "SURENESS ~ PROD + (1 | RESP) + (1 | PRODID)", "SURENESS", "RESP,PRODID")]
+        ("soup", "SURENESS ~ PROD + (1 | RESP) + (1 | PRODID)", "SURENESS", "RESP,PRODID"),
+        ("soup", "SURENESS ~ PROD + (1 + PROD | RESP) + (1 | PRODID)", "SURENESS", "RESP,PRODID")]
 
 R_FIT = r"""
 suppressMessages(library(ordinal))
@@ -70,11 +72,13 @@ cat("seconds", secs, "\n")
 cat("thresholds", format(m$alpha, digits = 12), "\n")
 cat("coef", format(m$beta, digits = 12), "\n")
 vcs <- VarCorr(m)
-sds <- if (length(vcs) == 1) attr(vcs[[1]], "stddev") else sapply(vcs, function(v) attr(v, "stddev"))
-cat("group_sd", format(sds, digits = 12), "\n")
-cr <- if (length(vcs) == 1) attr(vcs[[1]], "correlation") else NULL
-# The correlations below the diagonal, row by row (bayesord's order).
-cat("group_corr", if (is.null(cr)) "" else format(t(cr)[upper.tri(cr)], digits = 12), "\n")
+cat("group_sd", format(unlist(lapply(vcs, function(v) attr(v, "stddev"))), digits = 12), "\n")
+# Each factor's correlations below the diagonal, row by row (bayesord's order).
+crs <- unlist(lapply(vcs, function(v) {
+  cr <- attr(v, "correlation")
+  if (is.matrix(cr)) t(cr)[upper.tri(cr)] else NULL
+}))
+cat("group_corr", if (length(crs) == 0) "" else format(crs, digits = 12), "\n")
 cat("loglik", format(as.numeric(logLik(m)), digits = 12), "\n")
 se <- sqrt(diag(vcov(m)))
 cat("thresholds_se", format(se[1:k], digits = 12), "\n")
@@ -107,9 +111,13 @@ def ours(model):
     se = np.sqrt(np.diag(model.cov_))
     d, k1 = len(model.coef_), len(model.thresholds_)
     sd = np.asarray(model.result_.group_sd)
-    rows, cols = np.tril_indices(len(sd), -1)
-    return {"coef": model.coef_, "thresholds": model.thresholds_, "group_sd": sd,
-            "group_corr": np.asarray(model.group_cov_)[rows, cols] / (sd[rows] * sd[cols]),
+    terms = model.group_terms_ if isinstance(model.group_terms_, dict) else {"": model.group_terms_}
+    corr, at = [], 0  # each factor's correlations (the factors' blocks of group_cov_)
+    for names in terms.values():
+        rows, cols = np.tril_indices(len(names), -1)
+        corr += list(np.asarray(model.group_cov_)[rows + at, cols + at] / (sd[rows + at] * sd[cols + at]))
+        at += len(names)
+    return {"coef": model.coef_, "thresholds": model.thresholds_, "group_sd": sd, "group_corr": np.asarray(corr),
             "loglik": model.loglik_, "coef_se": se[:d], "thresholds_se": se[d:d + k1]}
 
 

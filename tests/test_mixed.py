@@ -252,7 +252,7 @@ def test_implicit_gradient_matches_finite_differences(small):
     Z = (X - res.center) / res.scale
     q = len(np.unique(g))
     args = (jnp.asarray(Z), jnp.ones((len(y), 1)), jnp.asarray(y, jnp.int32), jnp.asarray(g, jnp.int32),
-            jnp.ones(len(y)), jnp.zeros((q, 1)), 1e-12, "probit", q, 50)
+            jnp.ones(len(y)), jnp.zeros((q, 1)), 1e-12, MixedConfig(n_classes=3, n_groups=q))
     eta = jnp.asarray(res.eta) + jnp.array([0.2, -0.1, 0.1, 0.05, 0.3])  # away from the optimum
     grad = check_implicit_gradient(args, eta)
     assert abs(grad[-1]) > 0.1  # the group-sd component is exercised
@@ -279,8 +279,8 @@ def test_without_group_variance_it_is_the_fixed_effects_likelihood(small):
     beta = np.array([0.7, -0.2])
     eta = jnp.asarray(np.r_[beta, theta, 0.0])
     ours = _laplace_loglik(eta, jnp.asarray(X), jnp.ones((len(y), 1)), jnp.asarray(y, jnp.int32),
-                           jnp.asarray(g, jnp.int32), jnp.ones(len(y)), jnp.zeros((q, 1)), 1e-12, "probit", q,
-                           50)[0]
+                           jnp.asarray(g, jnp.int32), jnp.ones(len(y)), jnp.zeros((q, 1)), 1e-12,
+                           MixedConfig(n_classes=3, n_groups=q))[0]
     theirs = OrderedModel(y, X, distr="probit").loglike(np.r_[beta, theta])
     assert float(ours) == pytest.approx(theirs, rel=1e-12)
 

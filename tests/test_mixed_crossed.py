@@ -151,8 +151,8 @@ def test_crossed_implicit_gradient_matches_finite_differences(small):
     X, y, G, model = small
     res = model.result_
     Z = (X - res.center) / res.scale
-    args = (jnp.asarray(Z), jnp.ones((len(y), 1)), jnp.asarray(y, jnp.int32), jnp.asarray(G, jnp.int32),
-            jnp.ones(len(y)), jnp.zeros((18, 1)), 1e-12, "probit", (12, 6), 50)
+    args = (jnp.asarray(Z), jnp.ones((len(y), 2, 1)), jnp.asarray(y, jnp.int32), jnp.asarray(G, jnp.int32),
+            jnp.ones(len(y)), jnp.zeros((18, 1)), 1e-12, res.config)
     eta = jnp.asarray(res.eta) + 0.1 * jnp.cos(jnp.arange(res.eta.size) + 1.0)  # away from the optimum
     grad = check_implicit_gradient(args, eta)
     assert np.all(np.abs(grad[-2:]) > 1e-2)  # both sds are exercised
@@ -205,11 +205,11 @@ def test_groups_by_column_name_and_bad_ones(small):
         OrdinalMixed().fit(X, y, frame.assign(item=frame["item"].where(frame.index != 3)))
     with pytest.raises(ValueError, match="groups column 'item' has 1 level"):
         OrdinalMixed().fit(X, y, frame.assign(item="same"))
-    with pytest.raises(ValueError, match="random_slopes go with one grouping factor"):
+    with pytest.raises(ValueError, match="must say whose slopes they are"):
         OrdinalMixed(random_slopes=[0]).fit(X, y, frame)
+    with pytest.raises(ValueError, match="names grouping factor 'bottle'"):
+        OrdinalMixed(random_slopes={"bottle": [0]}).fit(X, y, frame)
     data = frame.assign(y=y, x0=X[:, 0])
-    with pytest.raises(ValueError, match="random slopes go with one grouping factor"):
-        OrdinalMixed.from_formula("y ~ x0 + (1 + x0 | subject) + (1 | item)", data)
     with pytest.raises(ValueError, match="names a group twice"):
         OrdinalMixed.from_formula("y ~ x0 + (1 | subject) + (1 | subject)", data)
     with pytest.raises(ValueError, match="1-D .* or 2-D"):
@@ -240,5 +240,9 @@ def test_nested_factors_from_a_formula():
     assert np.all(np.isfinite(new)) and not np.allclose(new, nested.predict_proba(rows))
     with pytest.raises(ValueError, match="no column 'class'"):
         nested.predict_proba(rows.drop(columns="class"))
-    with pytest.raises(ValueError, match="random intercepts only"):
-        OrdinalMixed.from_formula("y ~ x + (1 + x | school/class)", data)
+    # lme4's (1 + x | a/b) gives each nested factor the slopes.
+    sloped = OrdinalMixed.from_formula("y ~ x + (1 + x | school/class)", data)
+    sloped_explicit = OrdinalMixed.from_formula("y ~ x + (1 + x | school) + (1 + x | unit)",
+                                                data.assign(unit=[f"{s}:{c}" for s, c in zip(school, klass)]))
+    assert sloped.group_terms_ == {"school": ["(Intercept)", "x"], "school:class": ["(Intercept)", "x"]}
+    assert sloped.loglik_ == pytest.approx(sloped_explicit.loglik_, abs=1e-9)

@@ -181,10 +181,9 @@ def test_implicit_gradient_with_a_slope_matches_finite_differences(small):
     X, y, g, model = small
     res = model.result_
     Z = (X - res.center) / res.scale
-    q = len(np.unique(g))
     R = np.column_stack([np.ones(len(y)), Z[:, 0]])
     args = (jnp.asarray(Z), jnp.asarray(R), jnp.asarray(y, jnp.int32), jnp.asarray(g, jnp.int32),
-            jnp.ones(len(y)), jnp.zeros((q, 2)), 1e-12, "probit", q, 50)
+            jnp.ones(len(y)), jnp.zeros((res.config.n_groups, 2)), 1e-12, res.config)
     eta = jnp.asarray(res.eta) + 0.1 * jnp.sin(jnp.arange(res.eta.size) + 1.0)  # away from the optimum
     grad = check_implicit_gradient(args, eta)
     assert np.all(np.abs(grad[-3:]) > 1e-2)  # the covariance components are exercised

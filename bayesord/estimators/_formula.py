@@ -34,10 +34,12 @@ def split_formula(formula, group_term=True):
     """``"y ~ a + b + (1 + a | g)"`` -> ``("y", "a + b", "g", "a")``.
 
     With ``group_term`` the formula must have a ``(1 | group)`` or ``(1 + terms | group)``
-    term (the fourth value is then its slope terms, or None), or several random-intercept
-    terms ``(1 | g) + (1 | h)`` (the third value is then the tuple of their groups); without,
-    it must have none (and the last two values are None).  As in lme4, ``(x | g)`` means
-    ``(1 + x | g)``; a group term without its intercept (``0 +`` or ``- 1``) is refused.
+    term (the fourth value is then its slope terms, or None), or several such terms
+    ``(1 + a | g) + (1 | h)`` (the last two values are then the tuple of their groups and the
+    tuple of their slope terms, ``("a", None)``); without, it must have none (and the last two
+    values are None).  As in lme4, ``(x | g)`` means ``(1 + x | g)``, and ``(1 + x | a/b)``
+    means ``(1 + x | a) + (1 + x | a:b)``; a group term without its intercept (``0 +`` or
+    ``- 1``) is refused.
     """
     if not isinstance(formula, str):
         raise TypeError(f"formula must be a string such as 'rating ~ temp + contact', got "
@@ -64,20 +66,17 @@ def split_formula(formula, group_term=True):
         if "" in parts or any(t in ("0", "-1") or t.startswith("-") or " - " in t for t in parts):
             raise ValueError(f"formula {formula!r}: the group term '({expr} | {group})' must keep its "
                              f"intercept and add slopes with '+', as '(1 | {group})' or '(1 + x | {group})'")
-        names = group.split("/")  # lme4's nesting: a/b is a and a:b
+        names = group.split("/")  # lme4's nesting: a/b is a and a:b, each with the term's slopes
         nested = [":".join(names[:k + 1]) for k in range(len(names))]
-        if len(nested) > 1 and any(t != "1" for t in parts):
-            raise ValueError(f"formula {formula!r}: nested factors ('{group}') take random intercepts only")
         groups += nested
-        slopes += [t for t in parts if t != "1"]
+        slopes += [" + ".join(t for t in parts if t != "1") or None] * len(nested)
     if len(set(groups)) != len(groups):
         raise ValueError(f"formula {formula!r} names a group twice; give each grouping factor one term")
-    if len(groups) > 1 and slopes:
-        raise ValueError(f"formula {formula!r}: random slopes go with one grouping factor; with several, "
-                         "each term must be '(1 | group)'")
     fixed = _GROUP_TERM.sub(" ", rhs)
     fixed = re.sub(r"\+\s*(?=\+|$)", "", fixed.strip()).strip().lstrip("+").strip() or "1"
-    return lhs, fixed, groups[0] if len(groups) == 1 else tuple(groups), " + ".join(slopes) or None
+    if len(groups) == 1:
+        return lhs, fixed, groups[0], slopes[0]
+    return lhs, fixed, tuple(groups), tuple(slopes)
 
 
 def group_columns(data, factors):

@@ -110,9 +110,9 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
 
     Fit with arrays (``fit(X, y, groups)``, slopes by ``random_slopes``) or with a formula
     (:meth:`from_formula`, ``"rating ~ temp + contact + (1 | judge)"`` or ``(1 + temp |
-    judge)``).  Several grouping factors, crossed or nested, each with a random intercept,
-    come as a 2-D ``groups`` (one column per factor) or as several terms,
-    ``(1 | judge) + (1 | bottle)``; random slopes go with one factor.
+    judge)``).  Several grouping factors, crossed or nested, each with a random intercept
+    and, if asked, random slopes of its own, come as a 2-D ``groups`` (one column per factor)
+    or as several terms, ``(1 + temp | judge) + (1 | bottle)``.
     Conformal prediction sets (:meth:`calibrate`, :meth:`predict_set`) take each row's group
     as the predictions do.
     A group with one row is allowed: its effect is then mostly the prior's (shrunk to 0).
@@ -120,8 +120,10 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
     Args:
         link: "probit" (default), "logit", "cloglog", "loglog" or "cauchit".
         random_slopes: the columns whose slopes vary by group, besides the random
-            intercept: indices, or names of a DataFrame's columns (default: none).
-            :meth:`from_formula` sets it from ``(1 + x | group)``.
+            intercept: indices, or names of a DataFrame's columns (default: none).  With
+            several grouping factors, a dict of factor name -> its columns (a factor left
+            out has a random intercept only).  :meth:`from_formula` sets it from
+            ``(1 + x | group)``.
         tol: relative tolerance of the Newton solves (default 1e-10 in float64, 1e-5 in
             float32).
         max_iter: cap on Newton iterations over ``(beta, b, tau)``.
@@ -141,17 +143,19 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
             columns, else ``"group"``, or ``"group0"``, ``"group1"``, ...).
         coef_: fixed effects, shape (d,).
         thresholds_: thresholds at ``x = 0``, shape (K-1,).
-        group_terms_: names of the group effects: ``["(Intercept)"]`` and the slope columns.
+        group_terms_: names of the group effects: ``["(Intercept)"]`` and the slope columns;
+            with several factors a dict of factor name -> its terms.
         group_cov_: covariance ``Sigma`` of the group effects (the intercept at ``x = 0``),
-            shape (p, p) for p group terms.
+            shape (p, p) for p group terms; with several factors block diagonal, one block
+            per factor in their order.
         group_sd_: standard deviation of the random intercept (a float) for a random-intercept
-            model; of every group term, shape (p,), with random slopes; of every factor's
-            intercept, shape (R,), with several factors.
+            model; of every group term, shape (p,), with random slopes; with several factors,
+            of every factor's terms, one factor after the other.
         cov_: Laplace covariance of ``(coef_, thresholds_, sds, correlations)``: the rows of
             :meth:`summary`.
         group_effects_: conditional modes of the group effects on the user's scale (as
             ``clmm``'s ``ranef``), shape (q,), or (q, p) with random slopes; with several
-            factors a dict of factor name -> its levels' effects.
+            factors a dict of factor name -> its levels' effects, shaped in the same way.
         loglik_: the Laplace approximation of the marginal log-likelihood (``clmm``'s
             ``logLik``).
         n_iter_, converged_: Newton iterations and whether every solve met its tolerance.
@@ -212,7 +216,11 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         if "random_slopes" in params:
             raise TypeError("from_formula takes the random slopes from the formula's '(1 + x | group)', "
                             "not from random_slopes=")
-        model = cls(random_slopes=slope_columns(formula, slope_terms, data, list(X.columns)), **params)
+        if isinstance(group, str):
+            slopes = slope_columns(formula, slope_terms, data, list(X.columns))
+        else:
+            slopes = {f: slope_columns(formula, t, data, list(X.columns)) for f, t in zip(factors, slope_terms) if t}
+        model = cls(random_slopes=slopes, **params)
         groups = group_columns(data, factors)
         model.fit(X, data[response], groups[group] if isinstance(group, str) else groups,
                   sample_weight=sample_weight)
@@ -222,19 +230,39 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         model._spec = spec
         return model
 
-    def _config(self, n_classes, n_groups, d, names):
-        """The static configuration for ``d`` columns named ``names`` (None: unnamed)."""
+    def _config(self, n_classes, n_groups, d, names, factors=("group",)):
+        """The static configuration for ``d`` columns named ``names`` (None: unnamed) and the
+        grouping factors named ``factors``."""
         check_positive_ints(self, "max_iter", "max_inner", "n_draws")
         return MixedConfig(n_classes=n_classes, n_groups=n_groups, link=self.link,
-                           slopes=self._slope_indices(d, names), max_newton=int(self.max_iter),
+                           slopes=self._slope_indices(d, names, list(factors)), max_newton=int(self.max_iter),
                            max_inner=int(self.max_inner))
 
-    def _slope_indices(self, d, names):
-        """``random_slopes`` as positions of the ``d`` columns named ``names``."""
-        out = column_positions("random_slopes", self.random_slopes, d, names)
-        if len(set(out)) != len(out):
-            raise ValueError(f"random_slopes names a column twice: {list(self.random_slopes)!r}")
-        return out
+    def _slope_indices(self, d, names, factors):
+        """``random_slopes`` as positions of the ``d`` columns named ``names``: a tuple for one
+        grouping factor, one tuple per factor (in ``factors``' order) for several."""
+        chosen = self.random_slopes
+        if isinstance(chosen, dict):
+            unknown = [f for f in chosen if f not in factors]
+            if unknown:
+                raise ValueError(f"random_slopes names grouping factor {unknown[0]!r}; the factors are {factors}")
+            per_factor = [(f"random_slopes[{f!r}]", chosen.get(f)) for f in factors]
+        else:
+            per_factor = [("random_slopes", chosen)]
+        out = []
+        for what, columns in per_factor:
+            positions = column_positions(what, columns, d, names)
+            if len(set(positions)) != len(positions):
+                raise ValueError(f"{what} names a column twice: {list(columns)!r}")
+            out.append(positions)
+        if len(factors) == 1:
+            return out[0]
+        if not isinstance(chosen, dict):
+            if out[0]:
+                raise ValueError(f"with several grouping factors, random_slopes must say whose slopes they are: "
+                                 f"a dict of factor -> columns, e.g. {{{factors[0]!r}: {list(chosen)!r}}}")
+            return ()
+        return tuple(out)
 
     @fresh_fit
     def fit(self, X, y, groups, sample_weight=None, classes=None):
@@ -275,13 +303,11 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
             levels.append(lv)
             g.append(gr.astype(np.int32))
         several = len(levels) > 1
-        if several and self.random_slopes:
-            raise ValueError("random_slopes go with one grouping factor; with several, each has a random "
-                             "intercept only")
         dtype = float_dtype()
         # One factor's levels are padded to a bucket (fewer programs); several factors' are not.
         n_groups = tuple(len(lv) for lv in levels) if several else bucket_rows(len(levels[0]))
-        config = self._config(len(self.classes_), n_groups, X.shape[1], getattr(self, "feature_names_in_", None))
+        config = self._config(len(self.classes_), n_groups, X.shape[1], getattr(self, "feature_names_in_", None),
+                              factors)
         n = X.shape[0]
         g = np.column_stack(g) if several else g[0]
         X, codes, g, sw = pad_rows(bucket_rows(n), X.astype(dtype), codes, g, sw.astype(dtype))
@@ -312,20 +338,22 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
 
     def _set_result(self, res):
         self.result_ = res
-        d, k1, p = res.coef.shape[0], res.thresholds.shape[0], res.config.n_effects
+        config = res.config
+        d, k1, p = res.coef.shape[0], res.thresholds.shape[0], config.n_effects
         self.coef_ = res.coef
         names = self._coef_names()
-        self.group_terms_ = ["(Intercept)"] + [names[j] for j in res.config.slopes]
+        terms = [["(Intercept)"] + [names[j] for j in s] for s in config.factor_slopes]
         self.thresholds_ = res.thresholds
-        several = len(res.config.levels) > 1
+        several = len(config.levels) > 1
+        self.group_terms_ = dict(zip(self.group_factors_, terms)) if several else terms[0]
         self.group_cov_ = res.group_cov
         self.group_sd_ = res.group_sd if several or p > 1 else float(res.group_sd[0])
         self.cov_ = res.cov
         effects = np.asarray(effects_on_user_scale(res)[0])
         if several:
-            starts = np.cumsum([0, *res.config.levels])
-            self.group_effects_ = {name: effects[a:b, 0] for name, a, b in
-                                   zip(self.group_factors_, starts[:-1], starts[1:])}
+            starts = np.cumsum([0, *config.levels])
+            self.group_effects_ = {name: effects[a:b, 0] if p_r == 1 else effects[a:b, :p_r] for name, a, b, p_r in
+                                   zip(self.group_factors_, starts[:-1], starts[1:], config.factor_effects)}
         else:
             self.group_effects_ = effects[:, 0] if p == 1 else effects
         self.loglik_ = float(res.loglik)
@@ -469,26 +497,25 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         stays in (-1, 1)); their z and p are left empty: a variance is tested against 0 on
         the boundary of its range, where the normal reference does not hold; compare
         log-likelihoods with and without the term instead.  An sd fitted at 0 gets the
-        interval ``[0, z sd]``.  With several grouping factors the rows are ``sd(judge)``,
-        ``sd(bottle)``, ... and there are no correlations.
+        interval ``[0, z sd]``.  With several grouping factors, each factor's rows follow one
+        another (``sd(judge)``, ``sd(bottle)``, ...), then each factor's correlations.
         """
         from scipy.stats import norm
         from sklearn.utils.validation import check_is_fitted
 
         check_is_fitted(self, "coef_")
-        terms, factors = self.group_terms_, self.group_factors_
-        if len(factors) > 1:
-            sd_names = [f"sd({f})" for f in factors]
-        elif len(terms) == 1:
-            sd_names = [f"sd({factors[0]})"]
-        else:
-            sd_names = [f"sd({factors[0]}: {t})" for t in terms]
-        # Correlations between the terms of one factor (none with several: intercepts only).
-        rows, cols = np.tril_indices(len(terms), -1)
-        corr_names = [f"corr({factors[0]}: {terms[j]}, {terms[i]})" for i, j in zip(rows, cols)]
+        sd_names, corr_names, rows, cols = [], [], [], []
+        at = 0
+        for factor, terms in self._terms_by_factor().items():
+            sd_names += [f"sd({factor})"] if len(terms) == 1 else [f"sd({factor}: {t})" for t in terms]
+            # Correlations between the terms of one factor (the factors are independent).
+            i, j = np.tril_indices(len(terms), -1)
+            corr_names += [f"corr({factor}: {terms[b]}, {terms[a]})" for a, b in zip(i, j)]
+            rows, cols, at = rows + list(i + at), cols + list(j + at), at + len(terms)
         res = self.result_
         sd_group = np.asarray(res.group_sd)
         p = sd_group.size
+        rows, cols = np.asarray(rows, int), np.asarray(cols, int)
         corr = np.asarray(res.group_cov)[rows, cols] / (sd_group[rows] * sd_group[cols])
         names = self._coef_names() + threshold_names(self.classes_) + sd_names + corr_names
         mean = np.concatenate([self.coef_, self.thresholds_, sd_group, corr])
@@ -524,18 +551,27 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         from sklearn.utils.validation import check_is_fitted
 
         check_is_fitted(self, "group_effects_")
-        res = self.result_
-        mode, cov, cond_cov = (np.asarray(a) for a in effects_on_user_scale(res))
-        sd = np.sqrt(np.diagonal(cov, axis1=1, axis2=2)).ravel()
-        cond_sd = np.sqrt(np.diagonal(cond_cov, axis1=1, axis2=2)).ravel()
-        if len(self.group_factors_) > 1:
-            index = pd.MultiIndex.from_tuples([(f, level) for f, lv in zip(self.group_factors_, self.groups_)
-                                               for level in lv.tolist()], names=["factor", "group"])
-        elif len(self.group_terms_) == 1:
-            index = list(self.groups_)
-        else:
-            index = pd.MultiIndex.from_product([list(self.groups_), self.group_terms_], names=["group", "term"])
-        return posterior_table(index, mode.ravel(), sd, level, cond_sd=cond_sd)
+        mode, cov, cond_cov = (np.asarray(a) for a in effects_on_user_scale(self.result_))
+        terms = self._terms_by_factor()
+        several = len(terms) > 1
+        levels = self.groups_ if several else [self.groups_]
+        with_terms = any(len(t) > 1 for t in terms.values())
+        keys, at, start = [], [], 0
+        for (factor, names), lv in zip(terms.items(), levels):
+            for j, group in enumerate(lv.tolist()):
+                for k, term in enumerate(names):
+                    keys.append(((factor,) if several else ()) + (group,) + ((term,) if with_terms else ()))
+                    at.append((start + j, k))
+            start += len(lv)
+        q, k = np.asarray(at).T
+        names = (["factor"] if several else []) + ["group"] + (["term"] if with_terms else [])
+        index = pd.MultiIndex.from_tuples(keys, names=names) if len(names) > 1 else [key[0] for key in keys]
+        return posterior_table(index, mode[q, k], np.sqrt(cov[q, k, k]), level, cond_sd=np.sqrt(cond_cov[q, k, k]))
+
+    def _terms_by_factor(self):
+        """Each grouping factor's name -> the names of its group terms."""
+        terms = self.group_terms_
+        return terms if isinstance(terms, dict) else {self.group_factors_[0]: terms}
 
     def marginal_effects(self, X, groups=None, level=0.95):
         """Average marginal effects of each column on every class probability and on the
@@ -571,7 +607,8 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         arrays["binary_columns_"] = np.asarray(self.binary_columns_)
         config = self.result_.config
         n_groups = list(config.n_groups) if isinstance(config.n_groups, tuple) else config.n_groups
-        return arrays, {"config": {"n_groups": n_groups, "slopes": list(config.slopes),
+        return arrays, {"config": {"n_groups": n_groups, "slopes": [list(s) if isinstance(s, tuple) else s
+                                                                    for s in config.slopes],
                                    "max_newton": config.max_newton, "max_inner": config.max_inner},
                         "group_factors": list(self.group_factors_)}
 
@@ -582,14 +619,16 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         settings = dict(meta["config"])
         if isinstance(settings["n_groups"], list):
             settings["n_groups"] = tuple(settings["n_groups"])
+        settings["slopes"] = tuple(tuple(s) if isinstance(s, list) else s for s in settings["slopes"])
         config = MixedConfig(n_classes=k, link=self.link, **settings)
         q, p, n_fac = sum(len(lv) for lv in levels), config.n_effects, len(levels)
         if n_fac != len(config.levels):
             raise ValueError(f"{n_fac} grouping factors' levels for a model of {len(config.levels)}")
         m = d + k - 1 + config.n_cov_params
-        n_nat = d + k - 1 + (p + p * (p - 1) // 2 if n_fac == 1 else n_fac)
-        n_sd = p if n_fac == 1 else n_fac
-        qb = q if n_fac == 1 else max(config.levels)
+        n_sd = sum(config.factor_effects)
+        n_nat = d + k - 1 + n_sd + sum(p_r * (p_r - 1) // 2 for p_r in config.factor_effects)
+        qb = max(config.levels)  # the factor of most levels; factor_*_cov tile its effects against the rest's
+        big, rest = (q, 0) if n_fac == 1 else (qb * p, (q - qb) * p)
         res = MixedResult(config=config, **{name: arrays[f"result.{name}"] for name in _RESULT_ARRAYS})
         self._check_shapes(("result.coef", res.coef, (d,)), ("result.thresholds", res.thresholds, (k - 1,)),
                            ("result.group_cov", res.group_cov, (n_sd, n_sd)),
@@ -599,8 +638,8 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
                            ("result.effects_cond_cov", res.effects_cond_cov, (q, p, p)),
                            ("result.effects_cov", res.effects_cov, (q, p, p)),
                            ("result.effects_cross", res.effects_cross, (q, p, m)),
-                           ("result.factor_cross_cov", res.factor_cross_cov, (qb, q - qb)),
-                           ("result.factor_rest_cov", res.factor_rest_cov, (q - qb, q - qb)))
+                           ("result.factor_cross_cov", res.factor_cross_cov, (big, rest)),
+                           ("result.factor_rest_cov", res.factor_rest_cov, (rest, rest)))
         self.groups_ = levels if n_fac > 1 else levels[0]
         self.group_factors_ = factors
         self.binary_columns_ = np.asarray(arrays["binary_columns_"], bool)
