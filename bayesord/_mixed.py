@@ -387,21 +387,21 @@ def _group_terms(v, eta, Z, R, y, groups, weights, config):
 def _block_terms(v, eta, Z, R, y, groups, weights, config):
     q, p, link = config.levels[0], R.shape[1], config.link
     beta, b, Lam = _unpack(eta, Z.shape[1], config)
-    RL = R @ Lam  # d f_i / d v_{g(i)}
-    f = Z @ beta + jnp.sum(RL * v[groups], axis=1)
+    # Row i's latent adds r_i^T Lambda v_{g(i)}.  Sums over rows are taken of the designs r_i,
+    # and Lambda is applied to the groups' sums, so no row-length array depends on Lambda.
+    f = Z @ beta + jnp.sum(R * (v @ Lam.T)[groups], axis=1)
     sigma = jnp.ones((), f.dtype)
     r = ordinal_ratios(f, y, b, sigma, link)
     t = terms_from_ratios(f, y, b, sigma, *r, link)
     value = jax.ops.segment_sum(weights * r[0], groups, q) - 0.5 * jnp.sum(v * v, axis=1)
-    if p == 1:  # random intercepts: RL is the constant Lambda, so it factors out of the sums
+    if p == 1:  # random intercepts: sums of numbers
         lam = Lam[0, 0]
         grad = lam * jax.ops.segment_sum(weights * t.d_f, groups, q)[:, None] - v
         info = lam * lam * jax.ops.segment_sum(-weights * t.d_ff, groups, q)[:, None, None]
         return value, grad, 1.0 + info
-    grad = jax.ops.segment_sum((weights * t.d_f)[:, None] * RL, groups, q) - v
-    info = jax.ops.segment_sum((-weights * t.d_ff)[:, None, None] * RL[:, :, None] * RL[:, None, :],
-                               groups, q)
-    return value, grad, jnp.eye(p, dtype=f.dtype) + info
+    grad = jax.ops.segment_sum((weights * t.d_f)[:, None] * R, groups, q) @ Lam - v
+    M = jax.ops.segment_sum((-weights * t.d_ff)[:, None, None] * R[:, :, None] * R[:, None, :], groups, q)
+    return value, grad, jnp.eye(p, dtype=f.dtype) + jnp.einsum("ai,qab,bj->qij", Lam, M, Lam)
 
 
 def _blocks_to_matrix(blocks, rows, cols):
