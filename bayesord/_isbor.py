@@ -30,8 +30,10 @@ Algorithm 1, as implemented (one ``lax.while_loop``, everything jitted):
    largest evidence change, refits ``w`` by Newton (warm start) and recomputes the exact
    Laplace evidence.  The predicted change is exact only for a Gaussian likelihood, so an
    action that lowers the Laplace evidence is *rejected* (state restored, the candidate is
-   barred until the next accepted action, recorded as ``REJECTED``): the evidence trace is
-   non-decreasing to ``1e-9 (1 + |E|)``.  A re-estimate to ``alpha > alpha_max`` becomes a
+   barred until an accepted addition or deletion changes the basis, recorded as
+   ``REJECTED``; a re-estimate elsewhere seldom makes its predicted change accurate, and
+   lifting the bar then would propose it again every other iteration): the evidence trace
+   is non-decreasing to ``1e-9 (1 + |E|)``.  A re-estimate to ``alpha > alpha_max`` becomes a
    deletion (``PRUNE``, Section 4.5) and is counted.
 3. Thresholds and noise move by one gradient step on the Laplace evidence (Eq. 13-14 give
    only the likelihood part; the gradient here is exact: ``w*`` is differentiated
@@ -532,7 +534,7 @@ class _State(NamedTuple):
     sigma: jax.Array
     lr: jax.Array
     slot_of: jax.Array       # slot of each candidate, -1 inactive
-    barred: jax.Array        # candidates whose action was just rejected
+    barred: jax.Array        # candidates whose action was rejected since the basis last changed
     n_pruned: jax.Array
     it: jax.Array
     done: jax.Array
@@ -682,7 +684,8 @@ def fit_isbor(X, y, weights, cand_index, cand_valid, key, theta, *, config: ISBO
         fit = jax.tree_util.tree_map(keep, trial, s.fit)
         alpha, mask, Phi = keep(alpha, s.alpha), keep(mask, s.mask), keep(Phi, s.Phi)
         slot_pos, slot_of = keep(slot_pos, s.slot_pos), keep(slot_of, s.slot_of)
-        barred = jnp.where(accept, jnp.zeros_like(s.barred), s.barred.at[j].set(s.barred[j] | changes))
+        structural = accept & (is_add | is_del)
+        barred = jnp.where(structural, jnp.zeros_like(s.barred), s.barred.at[j].set(s.barred[j] | (changes & ~accept)))
         n_pruned = s.n_pruned + (accept & (act == Action.PRUNE)).astype(jnp.int32)
 
         b, sigma, fit, lr = _tiered_hyper_step(jnp.where(accept, n_new, n_active), Phi, y, weights, alpha,
