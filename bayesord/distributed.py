@@ -252,24 +252,28 @@ def fit_ordinal_probit(X, y, *, classes, sample_weight=None, mesh: Mesh | None =
 
 def fit_ordinal_mixed(X, y, groups, *, classes, group_levels, sample_weight=None,
                       mesh: Mesh | None = None, axis: str = "rows", **params) -> OrdinalMixed:
-    """Fit :class:`~bayesord.OrdinalMixed` (one grouping factor: random intercepts, and slopes)
-    with its rows sharded over ``mesh``.
+    """Fit :class:`~bayesord.OrdinalMixed` (random intercepts, and slopes, for one grouping
+    factor or several) with its rows sharded over ``mesh``.
 
     As :func:`fit_ordinal_probit`: every process passes the rows it holds, and all call it
     together.  A group's rows may lie on several processes.  Per Newton step of the
-    conditional modes the devices exchange sums of size O(q p^2) (p group terms per group), per outer step
-    O(m^2) for the m fixed parameters.  The returned estimator predicts, saves and
-    summarises like ``OrdinalMixed(**params).fit`` on all the rows, and its fit equals that
-    one to the solver's tolerance.
+    conditional modes the devices exchange sums of size O(q p^2) (p group terms per group;
+    with several factors, O(q_b (Q - q_b) p^2) for the levels of the largest factor against
+    the others'), per outer step O(m^2) for the m fixed parameters.  The returned estimator
+    predicts, saves and summarises like ``OrdinalMixed(**params).fit`` on all the rows, and
+    its fit equals that one to the solver's tolerance.
 
     Args:
         X: this process's fixed-effect columns, (n_local, d) (d may be 0).
         y: their labels.
-        groups: their group labels, (n_local,) (one grouping factor; several are fitted by
-            ``OrdinalMixed`` on one device).
+        groups: their group labels, (n_local,); with several grouping factors (n_local, R),
+            one column per factor in ``group_levels``' order (a DataFrame's columns are
+            taken by the factors' names).
         classes: every label in increasing order.
         group_levels: every group label, on every process the same list (it fixes each
-            group's position; a process need not hold every group).
+            group's position; a process need not hold every group); with several factors a
+            dict of factor name -> its labels (``random_slopes`` then names the factors as
+            in ``OrdinalMixed``).
         sample_weight: optional non-negative weights of this process's rows.
         mesh: as :func:`fit_ordinal_probit`.
         axis: as :func:`fit_ordinal_probit`.
@@ -277,32 +281,44 @@ def fit_ordinal_mixed(X, y, groups, *, classes, group_levels, sample_weight=None
 
     Raises:
         ValueError: as :func:`fit_ordinal_probit`; a group label not in ``group_levels``,
-            repeated levels, or fewer than two groups with rows of positive weight.
+            repeated levels, groups without one column per factor, or fewer than two groups
+            of a factor with rows of positive weight.
     """
     model = OrdinalMixed(classes=classes, **params)
     mesh = row_mesh(axis=axis) if mesh is None else mesh
-    levels = np.asarray(list(group_levels), dtype=object)
-    if levels.ndim != 1 or len(set(levels.tolist())) != levels.size:
-        raise ValueError("group_levels must list each group label once")
+    several = isinstance(group_levels, dict)
+    factors = [str(f) for f in group_levels] if several else ["group"]
+    levels = [np.asarray(list(lv), dtype=object) for lv in (group_levels.values() if several else [group_levels])]
+    if any(lv.ndim != 1 or len(set(lv.tolist())) != lv.size for lv in levels):
+        raise ValueError("group_levels must list each group label once (per factor)")
     X, names, codes, classes_, sw = _local_rows("fit_ordinal_mixed", X, y, classes, sample_weight, params,
-                                                agree=levels.tolist(), min_features=0)
-    index = {level: j for j, level in enumerate(levels.tolist())}
-    labels = _labels_of_groups(groups, X.shape[0])
-    unknown = sorted({str(label) for label in labels.tolist() if label not in index})
-    if unknown:
-        raise ValueError(f"groups holds labels not in group_levels: {unknown[:5]}")
-    g = np.fromiter((index[label] for label in labels.tolist()), np.int32, labels.size)
-    used = _gather(np.bincount(g[sw > 0], minlength=levels.size)).sum(axis=0)
-    if np.count_nonzero(used) < 2:
-        raise ValueError("fewer than two groups have rows of positive weight; a group effect needs "
-                         "at least two (fit OrdinalProbit for one)")
-    config = model._config(len(classes_), bucket_rows(levels.size), X.shape[1], names)
+                                                agree=[factors, [lv.tolist() for lv in levels]], min_features=0)
+    if several and hasattr(groups, "columns") and all(f in map(str, groups.columns) for f in factors):
+        groups = groups[[c for f in factors for c in groups.columns if str(c) == f]]
+    labels = _labels_of_groups(groups, X.shape[0], factors=several)
+    if several and (labels.ndim != 2 or labels.shape[1] != len(factors)):
+        raise ValueError(f"groups needs one column per grouping factor ({factors}), got shape {labels.shape}")
+    g = []
+    for r, (lv, column) in enumerate(zip(levels, labels.T if several else [labels])):
+        index = {level: j for j, level in enumerate(lv.tolist())}
+        unknown = sorted({str(label) for label in column.tolist() if label not in index})
+        if unknown:
+            raise ValueError(f"groups{f' column {factors[r]!r}' if several else ''} holds labels not in "
+                             f"group_levels: {unknown[:5]}")
+        g.append(np.fromiter((index[label] for label in column.tolist()), np.int32, column.size))
+        used = _gather(np.bincount(g[-1][sw > 0], minlength=lv.size)).sum(axis=0)
+        if np.count_nonzero(used) < 2:
+            raise ValueError(f"fewer than two groups{f' of {factors[r]!r}' if several else ''} have rows of "
+                             "positive weight; a group effect needs at least two (fit OrdinalProbit for one)")
+    n_groups = tuple(lv.size for lv in levels) if several else bucket_rows(levels[0].size)
+    config = model._config(len(classes_), n_groups, X.shape[1], names, factors)
     dtype = float_dtype()
+    g = np.column_stack(g) if several else g[0]
     Xs, ys, gs, ws = _place_rows(mesh, _row_axis(mesh, axis), (X.astype(dtype), codes, g), sw.astype(dtype))
     program = program_for_rows(fit_mixed, Xs.shape[0] // mesh.shape[axis], ("config",))
     res = _replicated(program(Xs, ys, gs, ws, solver_tol(model.tol, dtype), config=config))
     binary = _adopt(model, res.status, "distributed.fit_ordinal_mixed", classes_, X, names)
-    return model._finish_fit(res, levels, binary)
+    return model._finish_fit(res, levels if several else levels[0], binary, factors)
 
 
 def map_sharded(fn, *batched, mesh: Mesh | None = None, axis: str = "rows", vmap: bool = True):
