@@ -161,7 +161,8 @@ def _fit_one(label, Xtr, ytr, Xte, seed):
 def run_set(name, models, args):
     X, y = _data(name)
     classes = np.unique(y)
-    per = {m: {k: [] for k in ("mae", "acc", "ll", "rps", "ece", "fit", "cal", "theta")} for m in models}
+    per = {m: {k: [] for k in ("mae", "acc", "ll", "rps", "ece", "fit", "cal", "theta", "split_mae")}
+           for m in models}
     notes = {m: Counter() for m in models}
     messages = {m: [] for m in models}
     n_train = None
@@ -176,7 +177,8 @@ def run_set(name, models, args):
                 model, fit_s, cal_s, kinds, msgs = _fit_one(m, Xtr, y[tr], Xte, split)
             except Exception as err:  # a failed default is a result, not a crash of the run
                 notes[m]["error"] += 1
-                messages[m].append(f"{type(err).__name__}: {str(err)[:160]}")
+                messages[m].append(f"split {split}: {type(err).__name__}: {str(err)[:160]}")
+                per[m]["split_mae"].append(None)
                 continue
             notes[m].update(kinds)
             messages[m] += [s for s in msgs if s not in messages[m]]
@@ -186,6 +188,7 @@ def run_set(name, models, args):
                 proba = proba / proba.sum(axis=1, keepdims=True)
             r = per[m]
             r["mae"].append(mae(y[te], pred, classes=classes))
+            r["split_mae"].append(r["mae"][-1])
             r["acc"].append(float(np.mean(pred == y[te])))
             r["ll"].append(ordinal_log_loss(y[te], proba, classes=classes))
             r["rps"].append(rps(y[te], proba, classes=classes))
@@ -212,14 +215,16 @@ def run_set(name, models, args):
             "calibrate s": statistics.median(cal) if cal else None,
             "convergence warnings": notes[m]["ConvergenceWarning"],
             "other warnings": sum(v for k, v in notes[m].items() if k not in ("ConvergenceWarning", "error")),
-            "errors": notes[m]["error"], "messages": messages[m], "mae_splits": r["mae"],
+            "errors": notes[m]["error"], "messages": messages[m],
+            "mae_splits": r["split_mae"],  # by split, None where the fit failed
             "theta": r["theta"] if any(t is not None for t in r["theta"]) else None,
         })
     return rows
 
 
 def _paired(a, b):
-    d = np.asarray(a) - np.asarray(b)
+    """Mean and standard error of ``a - b`` over the splits both have, and the verdict."""
+    d = np.asarray([u - v for u, v in zip(a, b) if u is not None and v is not None])
     se = float(np.std(d, ddof=1) / np.sqrt(d.size)) if d.size > 1 else float("nan")
     mean = float(d.mean())
     verdict = "win" if mean + 2 * se < 0 else "loss" if mean - 2 * se > 0 else "tie"
