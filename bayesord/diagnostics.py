@@ -557,10 +557,11 @@ def _sparse_fit(obj):
 
 
 def _action_name(action) -> str:
-    return {"REESTIMATE": "re-estimate"}.get(action.name, action.name.lower())
+    return {"REESTIMATE": "re-estimate", "REESTIMATE_ALL": "re-estimate all"}.get(action.name,
+                                                                                action.name.lower())
 
 
-ACTION_NAMES = ("add", "re-estimate", "delete", "prune", "rejected", "none")
+ACTION_NAMES = ("add", "re-estimate", "re-estimate all", "delete", "prune", "rejected", "none")
 """The actions an ISBOR/SBOR iteration reports (:class:`bayesord._isbor.Action`), as
 plotted by :func:`plot_evidence_trace`."""
 
@@ -569,7 +570,7 @@ def _action_names(actions) -> list:
     out = []
     for a in np.asarray(actions).tolist():
         if isinstance(a, str):
-            name = "re-estimate" if a.lower() in ("reestimate", "re-estimate") else a.lower()
+            name = {"reestimate": "re-estimate", "reestimate_all": "re-estimate all"}.get(a.lower(), a.lower())
         elif isinstance(a, int) and not isinstance(a, bool) and a in set(Action):
             name = _action_name(Action(a))
         else:
@@ -661,7 +662,7 @@ def plot_evidence_trace(log_evidence, actions=None, ax=None):
     ax.plot(it, ev, color="0.5", linewidth=1)
     if actions is not None:
         names = np.asarray(names)
-        markers = {"add": "o", "re-estimate": "s", "delete": "v", "prune": "x",
+        markers = {"add": "o", "re-estimate": "s", "re-estimate all": "D", "delete": "v", "prune": "x",
                    "rejected": ".", "none": "."}
         for name in ACTION_NAMES:
             sel = names == name
