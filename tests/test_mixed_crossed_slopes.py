@@ -248,3 +248,13 @@ def test_slopes_per_factor_are_checked():
     frame = pd.DataFrame({"subject": G[:, 0], "item": G[:, 1]})
     with pytest.raises(ValueError, match=r"random_slopes\['item'\] names column 7"):
         OrdinalMixed(random_slopes={"item": [7]}).fit(X, y, frame)
+
+
+def test_cross_conformal_sets_refit_with_the_named_factors(small):
+    """The fold copies get the factors' names, which ``random_slopes`` uses."""
+    X, y, G, model = small
+    frame = pd.DataFrame({"subject": G[:, 0], "item": G[:, 1]})
+    model = OrdinalMixed(random_slopes={"subject": [0]}).fit(X, y, frame).calibrate(X, y, frame, cv=3)
+    lower, upper = model.predict_set(X[:40], 0.2, groups=frame[:40])
+    assert np.all(lower <= upper)
+    assert np.mean((lower <= y[:40]) & (y[:40] <= upper)) >= 0.6

@@ -474,7 +474,12 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         return _GroupedRows(super()._copy_rows(X), groups)
 
     def _fit_copy(self, X, labels, sample_weight):
-        return clone(self).fit(X.X, labels, X.groups, sample_weight=sample_weight, classes=self.classes_)
+        groups = X.groups
+        if groups.ndim == 2:  # the factors keep their names (random_slopes may name them)
+            import pandas as pd
+
+            groups = pd.DataFrame(groups, columns=self.group_factors_)
+        return clone(self).fit(X.X, labels, groups, sample_weight=sample_weight, classes=self.classes_)
 
     def score(self, X, y, groups=None, sample_weight=None):
         """Negative mean absolute error in class positions (higher is better)."""
