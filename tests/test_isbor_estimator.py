@@ -58,6 +58,17 @@ def test_labels_outputs_and_attributes(model, data):
         -np.mean(np.abs(np.array([order[p] for p in pred]) - y)))
 
 
+def test_joint_reestimate_is_a_choice(data):
+    """The default also tries every re-estimate at once; joint_reestimate=False is the
+    published loop, one action per iteration, whose evidence trace never holds that step."""
+    X, y = data
+    joint = small_model(theta=0.3, max_iter=200).fit(X, y)
+    single = small_model(theta=0.3, max_iter=200, joint_reestimate=False).fit(X, y)
+    assert "reestimate_all" in joint.actions_ and "reestimate_all" not in single.actions_
+    assert joint.converged_ and single.converged_
+    assert np.all(np.diff(joint.evidence_trace_) >= -1e-9 * (1 + np.abs(joint.evidence_trace_[1:])))
+
+
 def test_monotone_relabelling_gives_same_fit(model, data):
     X, y = data
     other = small_model().fit(X, 10 * y + 5)

@@ -527,6 +527,9 @@ class ISBOR(_SparseBayesOrdinal):
         link: ``"probit"`` (the paper's), ``"logit"``, ``"cloglog"``, ``"loglog"`` or
             ``"cauchit"``.
         learn_noise: learn sigma (else fixed at 1).
+        joint_reestimate: each iteration also tries re-estimating every active alpha at once
+            and keeps the better of that and the single action (default); False runs
+            Algorithm 1 as published, one action per iteration (``docs/isbor.md``).
         classes: the labels in increasing order (needed for string labels; ``fit(classes=...)``
             does the same, and the two must agree when both are given).
         n_draws: posterior draws of (weights, thresholds) behind ``predict_proba_std`` and
@@ -569,8 +572,8 @@ class ISBOR(_SparseBayesOrdinal):
     def __init__(self, kernel="rbf", theta="auto", theta_grid="scale", theta_selection="cv",
                  cv=5, cv_scoring="log_loss", selection_max_samples=2000, degree=2, capacity=128, max_iter=500,
                  min_delta=1e-2, n_centres=None, centre_selection="random", block_size=256, cache_bytes=2**30,
-                 link="probit", learn_noise=True, classes=None, n_draws=200, random_state=None,
-                 verbose=0):
+                 link="probit", learn_noise=True, joint_reestimate=True, classes=None, n_draws=200,
+                 random_state=None, verbose=0):
         self.kernel = kernel
         self.theta = theta
         self.theta_grid = theta_grid
@@ -588,10 +591,15 @@ class ISBOR(_SparseBayesOrdinal):
         self.cache_bytes = cache_bytes
         self.link = link
         self.learn_noise = learn_noise
+        self.joint_reestimate = joint_reestimate
         self.classes = classes
         self.n_draws = n_draws
         self.random_state = random_state
         self.verbose = verbose
+
+    def _config(self, n, n_cand, n_classes, dtype):
+        return dataclasses.replace(super()._config(n, n_cand, n_classes, dtype),
+                                   joint_reestimate=bool(self.joint_reestimate))
 
     def _check_params(self, n, n_classes):
         super()._check_params(n, n_classes)
@@ -610,7 +618,7 @@ class SBOR(_SparseBayesOrdinal):
     Same model, posterior, thresholds and predictions as :class:`ISBOR`; the alphas of all
     candidates are re-estimated together (Tipping 2001) and pruned.  Memory ``O(n^2)`` and
     time ``O(n^3)`` per iteration: for small data or as a reference.  Parameters as
-    :class:`ISBOR` (``capacity`` does not apply; ``verbose`` reports SBOR's iterations).
+    :class:`ISBOR` (``capacity`` and ``joint_reestimate`` do not apply; ``verbose`` reports SBOR's iterations).
     """
 
     _solver_name = "SBOR"
