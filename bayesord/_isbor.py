@@ -697,13 +697,13 @@ def fit_isbor(X, y, weights, cand_index, cand_valid, key, theta, *, config: ISBO
             # once, from the iteration's start; kept when its evidence beats the single action's.
             joint = (action == Action.REESTIMATE) & (gain > 0) & (a_new <= alpha_max)
             alpha_all = s.alpha.at[jnp.where(joint, s.slot_of, cap)].set(a_new, mode="drop")
+            several = jnp.sum(joint) > 1
             trial_all = jax.lax.cond(
-                jnp.sum(joint) > 1,
+                several,
                 lambda: _tiered_laplace(n_active, s.Phi, y, weights, s.b, s.sigma, alpha_all, s.fit.w,
                                         newton_rtol, cfg),
                 lambda: s.fit)
-            use_all = ((jnp.sum(joint) > 1) & trial_all.ok
-                       & (trial_all.evidence > jnp.where(accept, fit.evidence, e_start)))
+            use_all = several & trial_all.ok & (trial_all.evidence > jnp.where(accept, fit.evidence, e_start))
             pick = lambda new, old: jnp.where(use_all, new, old)
             fit = jax.tree_util.tree_map(pick, trial_all, fit)
             alpha, mask, Phi = pick(alpha_all, alpha), pick(s.mask, mask), pick(s.Phi, Phi)

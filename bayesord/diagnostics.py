@@ -569,8 +569,8 @@ plotted by :func:`plot_evidence_trace`."""
 def _action_names(actions) -> list:
     out = []
     for a in np.asarray(actions).tolist():
-        if isinstance(a, str):
-            name = {"reestimate": "re-estimate", "reestimate_all": "re-estimate all"}.get(a.lower(), a.lower())
+        if isinstance(a, str):  # a plotted name, or an Action's name ("reestimate_all")
+            name = _action_name(Action[a.upper()]) if a.upper() in Action.__members__ else a.lower()
         elif isinstance(a, int) and not isinstance(a, bool) and a in set(Action):
             name = _action_name(Action(a))
         else:
@@ -632,8 +632,9 @@ def plot_evidence_trace(log_evidence, actions=None, ax=None):
             (T,), either after each iteration or with the initial value first (T = number
             of actions + 1).
         actions: per iteration (arrays form only), length T or T - 1: names from
-            :data:`ACTION_NAMES` ("reestimate" is accepted too) or
-            :class:`bayesord._isbor.Action` codes; optional.
+            :data:`ACTION_NAMES`, the names of :class:`bayesord._isbor.Action` (as an
+            estimator's ``actions_``: ``"reestimate"``, ``"reestimate_all"``) or its codes;
+            optional.
         ax: a matplotlib Axes (default: a new figure).
 
     Returns:

@@ -287,8 +287,9 @@ class UncertaintyMixin:
         if method == "credible":
             lower, upper = credible_windows(self.predict_proba(X), anchor, alphas)
         else:
+            coverage = isinstance(risk, str) and risk == "coverage"  # risk may be an array of weights
             if mondrian:
-                if not (isinstance(risk, str) and risk == "coverage"):
+                if not coverage:
                     raise ValueError("mondrian sets control coverage per class; risk= goes with "
                                      "mondrian=False")
                 q = np.empty((alphas.size, len(self.classes_)))
@@ -297,7 +298,7 @@ class UncertaintyMixin:
                         raise ValueError(f"mondrian sets need calibration rows of every class; class "
                                          f"{label!r} has none")
                     q[:, k] = conformal_quantile(cal.scores[cal.labels == k], alphas)
-            elif not (isinstance(risk, str) and risk == "coverage"):
+            elif not coverage:
                 q = risk_threshold(cal.matrix, cal.labels, cal.anchors, alphas, self._risk_loss(risk))
             else:
                 q = conformal_quantile(cal.scores, alphas)
