@@ -34,7 +34,7 @@ if "xla_cpu_multi_thread_eigen" not in os.environ.get("XLA_FLAGS", ""):
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("calibration", "datasets", "diagnostics", "distributed", "metrics", "uncertainty")
+_SUBMODULES = ("calibration", "datasets", "diagnostics", "distributed", "io", "metrics", "uncertainty")
 _EXPORTS = {
     "._clm": ("CLMColumns", "CLMConfig", "CLMPrediction", "CLMResult", "ThresholdCrossingWarning", "clm_columns",
               "fit_clm", "predict_clm", "sample_class_probs_clm"),
@@ -42,16 +42,20 @@ _EXPORTS = {
                 "sample_class_probs_isbor"),
     "._mixed": ("MixedConfig", "MixedPrediction", "MixedResult", "effects_on_user_scale", "fit_mixed",
                 "predict_mixed", "sample_class_probs_mixed"),
-    "._npsvor": ("NPSVORConfig", "NPSVORResult", "cv_npsvor", "fit_npsvor", "predict_r_new", "predict_r_old"),
-    "._perceptron": ("KernelPerceptronResult", "PerceptronConfig", "PerceptronResult",
-                     "fit_kernel_perceptron", "fit_perceptron"),
+    "._npsvor": ("NPSVORConfig", "NPSVORResult", "cv_npsvor", "fit_npsvor", "predict_npsvor", "predict_r_new",
+                 "predict_r_old"),
+    "._perceptron": ("KernelPerceptronResult", "PerceptronConfig", "PerceptronHyper", "PerceptronResult",
+                     "fit_kernel_perceptron", "fit_perceptron", "make_hyper", "predict_perceptron"),
     "._probit": ("ProbitConfig", "ProbitPrediction", "ProbitResult", "class_prob_bands", "fit_probit",
                  "predict_probit", "sample_class_probs"),
-    "._rankpairs": ("RankPairsConfig", "RankPairsResult", "fit_rankpairs_kernel", "fit_rankpairs_linear",
-                    "swapped_pairs_rate"),
-    "._redsvm": ("RedSVMConfig", "RedSVMResult", "fit_redsvm"),
+    "._rankpairs": ("RankPairsConfig", "RankPairsResult", "fit_rankpairs_gram", "fit_rankpairs_kernel",
+                    "fit_rankpairs_linear", "fit_rankpairs_nystroem", "predict_rankpairs", "swapped_pairs_rate"),
+    "._redsvm": ("KernelMap", "RedSVMConfig", "RedSVMResult", "fit_kernel_map", "fit_redsvm", "predict_redsvm",
+                 "transform_kernel_map"),
+    "._results": ("Prediction",),
     "._status": ("OneClassWarning", "Status"),
-    "._tor": ("TORConfig", "TORResult", "fit_tor"),
+    "._tor": ("TORConfig", "TORResult", "fit_tor", "predict_tor"),
+    ".io": ("load_result", "save_result"),
     "._validation": ("ColumnScaleWarning",),
     ".diagnostics": ("to_inference_data",),
     ".estimators": tuple(entry.name for entry in ESTIMATORS) + ("load_model",),
@@ -79,7 +83,7 @@ def __dir__():
 
 
 if TYPE_CHECKING:
-    from . import calibration, datasets, diagnostics, distributed, metrics, uncertainty
+    from . import calibration, datasets, diagnostics, distributed, io, metrics, uncertainty
     from ._clm import (
         CLMColumns,
         CLMConfig,
@@ -109,13 +113,24 @@ if TYPE_CHECKING:
         predict_mixed,
         sample_class_probs_mixed,
     )
-    from ._npsvor import NPSVORConfig, NPSVORResult, cv_npsvor, fit_npsvor, predict_r_new, predict_r_old
+    from ._npsvor import (
+        NPSVORConfig,
+        NPSVORResult,
+        cv_npsvor,
+        fit_npsvor,
+        predict_npsvor,
+        predict_r_new,
+        predict_r_old,
+    )
     from ._perceptron import (
         KernelPerceptronResult,
         PerceptronConfig,
+        PerceptronHyper,
         PerceptronResult,
         fit_kernel_perceptron,
         fit_perceptron,
+        make_hyper,
+        predict_perceptron,
     )
     from ._probit import (
         ProbitConfig,
@@ -129,15 +144,28 @@ if TYPE_CHECKING:
     from ._rankpairs import (
         RankPairsConfig,
         RankPairsResult,
+        fit_rankpairs_gram,
         fit_rankpairs_kernel,
         fit_rankpairs_linear,
+        fit_rankpairs_nystroem,
+        predict_rankpairs,
         swapped_pairs_rate,
     )
-    from ._redsvm import RedSVMConfig, RedSVMResult, fit_redsvm
+    from ._redsvm import (
+        KernelMap,
+        RedSVMConfig,
+        RedSVMResult,
+        fit_kernel_map,
+        fit_redsvm,
+        predict_redsvm,
+        transform_kernel_map,
+    )
+    from ._results import Prediction
     from ._status import OneClassWarning, Status
-    from ._tor import TORConfig, TORResult, fit_tor
+    from ._tor import TORConfig, TORResult, fit_tor, predict_tor
     from ._validation import ColumnScaleWarning
     from .diagnostics import to_inference_data
+    from .io import load_result, save_result
     from .estimators import (
         ISBOR,
         NPSVOR,

@@ -1,16 +1,27 @@
-"""Kernels and basis functions, evaluated in blocks so no N x N matrix is ever forced.
+"""Kernels and basis functions: the one home of every kernel in the package.
+
+Every model with a kernel evaluates it here, with one parameter convention:
+``kernel_matrix(X, C, gamma, kernel, degree, coef0, center)``, ``gamma`` the width
+(scale) of the kernel:
+
+* ``"rbf"``: ``k(x, c) = exp(-gamma ||x - c||^2)`` (ISBOR paper, Eq. 2);
+* ``"linear"``: ``k(x, c) = x . c``;
+* ``"poly"``: ``k(x, c) = (gamma x . c + coef0) ** degree``;
+* ``"perceptron"``: ``k(x, c) = |x - z0| + |c - z0| - |x - c|``, the positive definite form
+  of the perceptron kernel ``-|x - c|`` (Lin & Li, RED-SVM paper, Section V-B) about a
+  centre ``z0``;
+* ``"precomputed"`` (ISBOR/SBOR): the user supplies the basis matrix itself; candidate
+  ``j`` is column ``j`` of that matrix (training matrix of shape (N, N_cols), test matrix
+  (n, N_cols)).
+
+The public parameter names of the models are kept where they are the papers' notation:
+ISBOR's ``theta`` is this ``gamma``; the perceptrons, RED-SVM/TOR and the swapped-pairs
+SVM call it ``gamma``.  :data:`KERNELS` are the bases ISBOR/SBOR accept; the margin models
+check their own lists.
 
 A sparse Bayesian kernel model (ISBOR paper, Eq. 1) scores a point by
-``f(x) = sum_i phi_i(x) w_i`` with basis functions centred on training points.  The bases
-offered here are
-
-* ``"rbf"``: ``phi(x, c) = exp(-theta * ||x - c||^2)`` (Eq. 2);
-* ``"linear"``: ``phi(x, c) = x . c``;
-* ``"poly"``: ``phi(x, c) = (theta * x . c + 1) ** degree``;
-* ``"precomputed"``: the user supplies the basis matrix itself; candidate ``j`` is column
-  ``j`` of that matrix (training matrix of shape (N, N_cols), test matrix (n, N_cols)).
-
-``theta`` is a traced scalar, so a grid of kernel widths can be ``vmap``-ed.  The fitting
+``f(x) = sum_i phi_i(x) w_i`` with basis functions centred on training points.
+``gamma`` is a traced scalar, so a grid of kernel widths can be ``vmap``-ed.  The fitting
 code asks for columns of the candidate basis in blocks of ``B`` candidates
 (:func:`candidate_columns`), so its memory is ``O(N * B)`` for that step.
 :func:`kmeanspp_indices` picks a spread-out subset of rows to use as candidate centres when
@@ -33,6 +44,8 @@ __all__ = [
     "check_gamma",
     "resolve_gamma",
     "sq_dists",
+    "exact_sq_dists",
+    "MARGIN_KERNELS",
     "kernel_matrix",
     "candidate_columns",
     "candidate_rows",
@@ -84,21 +97,44 @@ def resolve_gamma(gamma, X) -> float:
 
 
 def sq_dists(X, C):
-    """Squared Euclidean distances, shape (n, m), clipped at zero against rounding."""
+    """Squared Euclidean distances, shape (n, m), clipped at zero against rounding.
+
+    Expanded as ``|x|^2 + |c|^2 - 2 x.c`` (one matrix product): cheap, but it loses the
+    small distances to cancellation; :func:`distances` does not.
+    """
     xx = jnp.sum(X * X, axis=1)[:, None]
     cc = jnp.sum(C * C, axis=1)[None, :]
     return jnp.maximum(xx + cc - 2.0 * (X @ C.T), 0.0)
 
 
-def kernel_matrix(X, C, theta, kernel: str = "rbf", degree: int = 2):
-    """Basis functions centred at the rows of ``C``, evaluated at the rows of ``X``.
+def exact_sq_dists(X, C):
+    """Squared Euclidean distances from the differences themselves, shape (n, m).
+
+    Exact near zero (the perceptron kernel's ``|x - c|`` needs that, and so do columns far
+    from the origin), at the cost of an (n, m, d) temporary: evaluate it in row blocks.
+    """
+    return jnp.sum((X[:, None, :] - C[None, :, :]) ** 2, axis=-1)
+
+
+MARGIN_KERNELS = ("linear", "rbf", "poly", "perceptron")
+"""The kernels :func:`kernel_matrix` evaluates (ISBOR's ``"precomputed"`` is indexed instead)."""
+
+
+def kernel_matrix(X, C, gamma, kernel: str = "rbf", degree=2, coef0=1.0, center=None, exact: bool = False):
+    """The kernel between the rows of ``X`` and the centres ``C`` (see the module docstring).
 
     Args:
         X: points, shape (n, d).
         C: centres, shape (m, d).
-        theta: kernel width (RBF) or scale (poly); ignored by ``"linear"``.
-        kernel: ``"rbf"``, ``"linear"`` or ``"poly"`` (static).
-        degree: polynomial degree (static).
+        gamma: kernel width (RBF) or scale (poly); ignored by ``"linear"`` and
+            ``"perceptron"``.  Traced.
+        kernel: ``"rbf"``, ``"linear"``, ``"poly"`` or ``"perceptron"`` (static).
+        degree: polynomial degree (a static int, or a traced float).
+        coef0: the polynomial kernel's offset.
+        center: ``z0`` of the perceptron kernel, shape (d,) (default: the origin).
+        exact: distances from the differences (:func:`exact_sq_dists`, an (n, m, d)
+            temporary) rather than the expansion (:func:`sq_dists`); the perceptron kernel
+            always takes them so.
 
     Returns:
         Array of shape (n, m).
@@ -108,17 +144,22 @@ def kernel_matrix(X, C, theta, kernel: str = "rbf", degree: int = 2):
         >>> kernel_matrix(jnp.zeros((1, 2)), jnp.ones((1, 2)), 0.5).round(4)
         Array([[0.3679]], dtype=float32)
     """
-    check_kernel(kernel)
     if kernel == "rbf":
-        return jnp.exp(-theta * sq_dists(X, C))
+        return jnp.exp(-gamma * (exact_sq_dists(X, C) if exact else sq_dists(X, C)))
     if kernel == "linear":
         return X @ C.T
     if kernel == "poly":
-        return (theta * (X @ C.T) + 1.0) ** degree
-    raise ValueError("kernel_matrix needs a kernel; a precomputed basis is indexed, not evaluated")
+        return (gamma * (X @ C.T) + coef0) ** degree
+    if kernel == "perceptron":
+        z0 = jnp.zeros(X.shape[1], X.dtype) if center is None else center
+        norm = lambda A: jnp.sqrt(jnp.sum((A - z0) ** 2, axis=1))  # noqa: E731
+        return norm(X)[:, None] + norm(C)[None, :] - jnp.sqrt(exact_sq_dists(X, C))
+    if kernel == "precomputed":
+        raise ValueError("kernel_matrix needs a kernel; a precomputed basis is indexed, not evaluated")
+    raise ValueError(f"kernel must be one of {MARGIN_KERNELS}, got {kernel!r}")
 
 
-def candidate_columns(X, idx, theta, kernel: str = "rbf", degree: int = 2):
+def candidate_columns(X, idx, gamma, kernel: str = "rbf", degree: int = 2):
     """Columns ``idx`` of the candidate basis over the training rows, shape (N, len(idx)).
 
     For a kernel basis the candidates are the training points ``X[idx]``; for
@@ -126,10 +167,10 @@ def candidate_columns(X, idx, theta, kernel: str = "rbf", degree: int = 2):
     """
     if kernel == "precomputed":
         return jnp.take(X, idx, axis=1)
-    return kernel_matrix(X, jnp.take(X, idx, axis=0), theta, kernel, degree)
+    return kernel_matrix(X, jnp.take(X, idx, axis=0), gamma, kernel, degree)
 
 
-def candidate_rows(X, idx, theta, kernel: str = "rbf", degree: int = 2):
+def candidate_rows(X, idx, gamma, kernel: str = "rbf", degree: int = 2):
     """The same basis as :func:`candidate_columns`, transposed: shape (len(idx), N).
 
     Row ``j`` is candidate ``idx[j]``'s basis function over the training rows; a block of
@@ -137,7 +178,7 @@ def candidate_rows(X, idx, theta, kernel: str = "rbf", degree: int = 2):
     """
     if kernel == "precomputed":
         return jnp.take(X, idx, axis=1).T
-    return kernel_matrix(jnp.take(X, idx, axis=0), X, theta, kernel, degree)
+    return kernel_matrix(jnp.take(X, idx, axis=0), X, gamma, kernel, degree)
 
 
 @partial(jax.jit, static_argnames=("m",))

@@ -66,7 +66,7 @@ from ._laplace import maximise_exact, saddle_free_precision
 from ._likelihood import log_class_probs, log_predictive_probs, ordinal_ratios
 from ._linalg import safe_cholesky
 from ._links import check_link
-from ._results import result_type
+from ._results import mode_labels, result_type
 from ._status import Status
 from ._thresholds import initial_thresholds, thresholds_from_params
 
@@ -218,6 +218,9 @@ class CLMPrediction(NamedTuple):
     """Class probabilities, shape (n, K)."""
     cum_proba: jax.Array
     """Cumulative probabilities ``P(y <= k)``, k < K-1, shape (n, K-1)."""
+
+    labels = property(lambda self: mode_labels(self.proba), doc="(n,) codes of the most probable classes.")
+    scores = property(lambda self: self.margin, doc="The margins ``margin`` (n, K-1).")
 
 
 # ----------------------------------------------------------------------- the model

@@ -242,6 +242,8 @@ class ISBORPrediction(NamedTuple):
     """Variance of f(x) over the weights' conditional posterior alone (thresholds held),
     phi(x)^T P_ww^{-1} phi(x), (n,)."""
 
+    scores = property(lambda self: self.latent_mean, doc="The latent mean ``latent_mean`` (n,).")
+
 
 # ---------------------------------------------------------------------------------------
 # Shared pieces: Laplace fit, threshold/noise step, candidate statistics

@@ -86,7 +86,7 @@ from ._laplace import maximise_exact
 from ._linalg import safe_cholesky
 from ._links import check_link
 from ._mesh import partitioned
-from ._results import result_type
+from ._results import mode_labels, result_type
 from ._status import Status
 from ._thresholds import initial_thresholds, thresholds_from_params, thresholds_jacobian
 
@@ -270,6 +270,9 @@ class MixedPrediction(NamedTuple):
     """Class probabilities, shape (n, K)."""
     cum_proba: jax.Array
     """Cumulative probabilities ``P(y <= k)``, k < K-1, shape (n, K-1)."""
+
+    labels = property(lambda self: mode_labels(self.proba), doc="(n,) codes of the most probable classes.")
+    scores = property(lambda self: self.mean, doc="The latent mean ``mean`` (n,).")
 
 
 # ----------------------------------------------------------------------- the model

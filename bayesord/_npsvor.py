@@ -81,6 +81,7 @@ from jax import lax
 
 from ._loops import jit_serial_cpu, permutation
 from ._progress import emit, prefix
+from ._results import Prediction, result_type
 from ._sparse import PaddedRows, row_dots
 from ._splits import kfold_masks
 from ._status import Status, warn_user
@@ -90,6 +91,7 @@ __all__ = [
     "NPSVORResult",
     "rank_problems",
     "fit_npsvor",
+    "predict_npsvor",
     "decision_values",
     "predict_r_new",
     "predict_r_old",
@@ -121,6 +123,10 @@ class NPSVORConfig:
         progress: report each pass on stderr through a host callback
             (:mod:`bayesord._progress`).  Off by default: the compiled program then holds no
             callback.  Results are identical either way.
+        predictor: the rank rule :func:`predict_npsvor` applies: ``"new"`` (r_new, Eq. 36)
+            or ``"old"`` (r_old, Eq. 5).  The fit does not read it.
+        n_classes: the number of ranks p; None takes it from :func:`fit_npsvor`'s
+            ``n_classes``, which fills it in the result's config.
     """
 
     n_features: int
@@ -131,8 +137,12 @@ class NPSVORConfig:
     unroll: int = 4
     chunk: int = 1024
     progress: bool = False
+    predictor: str = "new"
+    n_classes: int | None = None
 
     def __post_init__(self):
+        if self.predictor not in ("new", "old"):
+            raise ValueError(f"predictor must be 'new' or 'old', got {self.predictor!r}")
         if self.solver not in SOLVERS:
             raise ValueError(f"solver must be one of {SOLVERS}, got {self.solver!r}")
         if self.block_size < 1:
@@ -145,9 +155,12 @@ class NPSVORConfig:
             raise ValueError(f"chunk must be >= 1, got {self.chunk}")
 
 
-class NPSVORResult(NamedTuple):
+@result_type
+class NPSVORResult:
     """Solution of a batch of NPSVOR rank problems (leading axes: the problem batch)."""
 
+    config: NPSVORConfig
+    """The static settings of the fit."""
     coef: jax.Array
     """(..., d) hyperplane w of each problem (bias last when a bias column was used)."""
     alpha: jax.Array
@@ -508,7 +521,7 @@ def _solve(X, ytilde, in_I, upper, eps, tol, key, config):
     finite = jnp.all(jnp.isfinite(w), axis=1) & jnp.isfinite(primal) & jnp.isfinite(dual)
     status = jnp.where(~finite, Status.NONFINITE,
                        jnp.where(conv, Status.SUCCESS, Status.MAX_ITER)).astype(jnp.int32)
-    return NPSVORResult(w, alpha, alpha_minus, primal, dual, primal - dual, it, nupd, ratio,
+    return NPSVORResult(config, w, alpha, alpha_minus, primal, dual, primal - dual, it, nupd, ratio,
                         conv & finite, status)
 
 
@@ -551,6 +564,10 @@ def fit_npsvor(X: PaddedRows, codes, n_classes: int, C1, C2, eps, tol, key,
         >>> res.coef.shape
         (3, 5)
     """
+    if config.n_classes is None:
+        config = dataclasses.replace(config, n_classes=n_classes)
+    elif config.n_classes != n_classes:
+        raise ValueError(f"config.n_classes={config.n_classes} but n_classes={n_classes}")
     ytilde, in_I, upper = rank_problems(codes, n_classes, C1, C2, sample_weight)
     upper = upper.astype(X.values.dtype)
     batch = upper.shape[:-1]
@@ -594,6 +611,36 @@ def predict_r_new(F):
     """
     g = F[:, :-1] + F[:, 1:]
     return jnp.sum(g > 0, axis=1).astype(jnp.int32)
+
+
+@jax.jit
+def _predict_npsvor(result: NPSVORResult, X):
+    F = decision_values(result.coef, X)
+    labels = predict_r_new(F) if result.config.predictor == "new" else predict_r_old(F)
+    return Prediction(labels, F)
+
+
+def predict_npsvor(result: NPSVORResult, X) -> Prediction:
+    """Ranks of new rows by ``result.config.predictor`` (r_new, Eq. 36, or r_old, Eq. 5).
+
+    Args:
+        result: one fit's :class:`NPSVORResult` (coef of shape (p, d)).
+        X: the new rows in the fit's representation: :class:`~bayesord._sparse.PaddedRows`
+            (with the same ``bias=`` column) or a dense (n, d) array.
+
+    Returns:
+        :class:`~bayesord._results.Prediction`: ``labels`` (n,) codes 0..p-1 and ``scores``
+        the decision values f_k(x), shape (n, p).
+    """
+    if result.coef.ndim != 2:
+        raise ValueError(f"predict_npsvor takes one fit (coef of shape (p, d)); this result has leading "
+                         f"batch axes {result.coef.shape[:-2]}: index it first")
+    if not isinstance(X, PaddedRows):
+        X = jnp.asarray(X, result.coef.dtype)
+    if X.shape[1] != result.coef.shape[1]:
+        raise ValueError(f"X has {X.shape[1]} columns but the fit has {result.coef.shape[1]} "
+                         "(a bias column counts: build X as the fit's was)")
+    return _predict_npsvor(result, X)
 
 
 # --------------------------------------------------------------------------- cross-validation

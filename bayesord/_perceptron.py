@@ -44,19 +44,24 @@ Functions:
     fit_perceptron, fit_kernel_perceptron: jitted online training (epochs as a
         ``lax.while_loop``, one epoch as a ``lax.scan`` over a key-shuffled order).
     decision_function, kernel_decision_function: the r cumulative scores s(x, k).
+    predict_perceptron: labels and scores of new rows from either fit's result.
     predict, predict_counting: the CuSum argmax (Eq. 8) and the counting rule (Eq. 2).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from functools import partial
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from ._basis import kernel_matrix as basis_kernel
 from ._loops import jit_serial_cpu
+from ._results import Prediction, check_settings, result_type
 from ._sparse import PaddedRows, row_axpy, row_dot, row_dots, row_sq_norms
 from ._status import Status
 
@@ -73,6 +78,7 @@ __all__ = [
     "fit_kernel_perceptron",
     "decision_function",
     "kernel_decision_function",
+    "predict_perceptron",
     "predict",
     "predict_counting",
     "kernel_matrix",
@@ -167,9 +173,12 @@ class PerceptronState(NamedTuple):
     """int32 number of online steps (rows visited) so far."""
 
 
-class PerceptronResult(NamedTuple):
+@result_type
+class PerceptronResult:
     """Outcome of :func:`fit_perceptron`."""
 
+    config: PerceptronConfig
+    """The static settings of the fit."""
     coef: jax.Array
     """(r, d) or (1, d) directions used for prediction (averaged when config.averaged)."""
     thresholds: jax.Array
@@ -205,11 +214,16 @@ class KernelPerceptronState(NamedTuple):
     """int32 number of online steps so far."""
 
 
-class KernelPerceptronResult(NamedTuple):
+@result_type
+class KernelPerceptronResult:
     """Outcome of :func:`fit_kernel_perceptron`."""
 
+    config: PerceptronConfig
+    """The static settings of the fit (``config.kernel`` is the kernel)."""
     support: jax.Array
     """(n, d) training rows the kernel expansion runs over."""
+    hyper: PerceptronHyper
+    """The kernel's ``gamma``, ``coef0`` and ``degree`` (and the training hyperparameters)."""
     dual_coef: jax.Array
     """(n, r) coefficients used for prediction (averaged when config.averaged)."""
     thresholds: jax.Array
@@ -381,7 +395,7 @@ def _fit_primal_impl(X, y, sample_weight, key, hyper, state, config):
                             lambda W, dW: row_axpy(X, i, W, dW))
 
     unroll = _UNROLL if n >= _UNROLL_MIN_ROWS else 1
-    return PerceptronResult(*_train(sample_step, state, key, n, config, unroll))
+    return PerceptronResult(config, *_train(sample_step, state, key, n, config, unroll))
 
 
 _fit_primal = jit_serial_cpu(_fit_primal_impl, static_argnames=("config",))
@@ -444,13 +458,9 @@ def fit_perceptron(X, y, config: PerceptronConfig, *, sample_weight=None, key=No
 
 
 def kernel_matrix(A, B, hyper: PerceptronHyper, kernel: str):
-    """K(A_i, B_j) for dense row blocks A (p, d) and B (q, d) -> (p, q)."""
-    if kernel == "linear":
-        return A @ B.T
-    if kernel == "poly":
-        return (hyper.gamma * (A @ B.T) + hyper.coef0) ** hyper.degree
-    sq = jnp.sum(A * A, 1)[:, None] + jnp.sum(B * B, 1)[None, :] - 2.0 * (A @ B.T)
-    return jnp.exp(-hyper.gamma * jnp.maximum(sq, 0.0))
+    """K(A_i, B_j) for dense row blocks A (p, d) and B (q, d) -> (p, q)
+    (:func:`bayesord._basis.kernel_matrix` with the traced ``hyper``)."""
+    return basis_kernel(A, B, hyper.gamma, kernel, hyper.degree, hyper.coef0)
 
 
 @partial(jax.jit, static_argnames="config")
@@ -469,7 +479,7 @@ def _fit_dual(X, y, sample_weight, key, hyper, state, config):
         return _online_step(st, inc, y[i], sample_weight[i], kxx, hyper, config,
                             lambda A, dA: A.at[i].add(dA))
 
-    return KernelPerceptronResult(X, *_train(sample_step, state, key, n, config))
+    return KernelPerceptronResult(config, X, hyper, *_train(sample_step, state, key, n, config))
 
 
 def fit_kernel_perceptron(X, y, config: PerceptronConfig, *, sample_weight=None, key=None,
@@ -531,26 +541,57 @@ def decision_function(result: PerceptronResult, X):
     return _primal_scores(result.coef, result.thresholds, X)
 
 
-@partial(jax.jit, static_argnames=("kernel", "batch_size"))
-def _dual_scores(support, dual_coef, thresholds, hyper, X, kernel, batch_size):
+@partial(jax.jit, static_argnames=("batch_size",))
+def _dual_scores(result, X, batch_size):
     def one(x):
-        return kernel_matrix(x[None, :], support, hyper, kernel)[0] @ dual_coef
+        return kernel_matrix(x[None, :], result.support, result.hyper, result.config.kernel)[0] @ result.dual_coef
 
     lin = jax.lax.map(one, X, batch_size=batch_size)
-    inc = lin - thresholds[None, :]
+    inc = lin - result.thresholds[None, :]
     return jnp.cumsum(inc.at[:, 0].set(0.0), axis=1)
 
 
-def kernel_decision_function(result: KernelPerceptronResult, X, hyper: PerceptronHyper,
-                             kernel: str, batch_size: int = 256):
+def kernel_decision_function(result: KernelPerceptronResult, X, hyper: PerceptronHyper | None = None,
+                             kernel: str | None = None, batch_size: int = 256):
     """Cumulative scores of the kernel model, evaluated in row blocks of ``batch_size``.
 
-    Memory is O(batch_size * n_support) for the kernel block, never n_test x n_support.
+    The kernel and its parameters are read from ``result``; passing ``hyper`` or ``kernel``
+    again is deprecated (a different value is a ``ValueError``).  Memory is
+    O(batch_size * n_support) for the kernel block, never n_test x n_support.
     """
+    check_settings(result.config, kernel=kernel)
+    if hyper is not None:
+        fitted = [np.asarray(h) for h in result.hyper]
+        if not all(np.array_equal(np.asarray(h, f.dtype), f) for h, f in zip(hyper, fitted)):
+            raise ValueError("hyper was passed, but differs from the result's; the prediction reads it "
+                             "from the result, so leave it out")
+        warnings.warn("passing hyper= is no longer needed: the prediction reads it from the result",
+                      DeprecationWarning, stacklevel=2)
     X = jnp.asarray(X, result.support.dtype)
-    hyper = PerceptronHyper(*(jnp.asarray(h, result.support.dtype) for h in hyper))
-    return _dual_scores(result.support, result.dual_coef, result.thresholds, hyper, X,
-                        kernel, batch_size)
+    return _dual_scores(result, X, batch_size)
+
+
+def predict_perceptron(result: PerceptronResult | KernelPerceptronResult, X) -> Prediction:
+    """Ranks of new rows by the CuSum argmax (Eq. 8) of either perceptron fit.
+
+    Args:
+        result: :class:`PerceptronResult` (X dense or :class:`~bayesord._sparse.PaddedRows`)
+            or :class:`KernelPerceptronResult` (X dense; scored in blocks of 256 rows).
+        X: (n, d) new rows.
+
+    Returns:
+        :class:`~bayesord._results.Prediction`: ``labels`` (n,) codes 0..r-1 and ``scores``
+        the cumulative scores s(x, k), shape (n, r).
+    """
+    if isinstance(result, KernelPerceptronResult):
+        scores = kernel_decision_function(result, X)
+    else:
+        if not isinstance(X, PaddedRows):
+            X = jnp.asarray(X, result.coef.dtype)
+        if X.shape[1] != result.coef.shape[1]:
+            raise ValueError(f"X has {X.shape[1]} columns but the fit has {result.coef.shape[1]}")
+        scores = decision_function(result, X)
+    return Prediction(predict(scores).astype(jnp.int32), scores)
 
 
 def predict(scores):

@@ -76,7 +76,7 @@ from ._likelihood import log_class_probs, log_predictive_probs, ordinal_terms
 from ._linalg import chol_inverse, chol_logdet, chol_solve, safe_cholesky
 from ._links import check_link
 from ._mesh import partitioned
-from ._results import check_settings, result_type
+from ._results import check_settings, mode_labels, result_type
 from ._shapes import bucket_rows, pad_rows
 from ._status import Status
 from ._thresholds import (
@@ -184,6 +184,9 @@ class ProbitPrediction(NamedTuple):
     """Class probabilities, shape (n, K), rows non-negative summing to 1."""
     cum_proba: jax.Array
     """Cumulative probabilities P(y <= k) for k < K-1, shape (n, K-1)."""
+
+    labels = property(lambda self: mode_labels(self.proba), doc="(n,) codes of the most probable classes.")
+    scores = property(lambda self: self.mean, doc="The latent mean ``mean`` (n,).")
 
 
 def _initial_weights(X, y, weights, b0, alpha):

@@ -69,12 +69,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.experimental import sparse as jsparse
 
+from ._basis import kernel_matrix
+from ._results import Prediction, result_type
 from ._status import Status
 
 __all__ = [
     "RankPairsConfig",
     "RankPairsResult",
+    "predict_rankpairs",
+    "score_thresholds",
     "violation_counts",
     "most_violated",
     "swapped_pairs_rate",
@@ -124,15 +129,23 @@ class RankPairsConfig:
             raise ValueError(f"counting must be one of {_COUNTING}, got {self.counting!r}")
 
     @property
+    def n_classes(self) -> int:
+        """The number of ranks, under the name every family's config uses."""
+        return self.n_ranks
+
+    @property
     def counting_method(self) -> str:
         if self.counting != "auto":
             return self.counting
         return "classes" if self.n_ranks <= _AUTO_CLASSES_MAX_RANKS else "bits"
 
 
-class RankPairsResult(NamedTuple):
+@result_type
+class RankPairsResult:
     """Fitted swapped-pairs SVM."""
 
+    config: RankPairsConfig
+    """The static settings of the fit."""
     coef: jax.Array
     """Linear weights w (d,), or kernel expansion coefficients over the rows of ``basis``."""
     basis: Any
@@ -141,6 +154,9 @@ class RankPairsResult(NamedTuple):
     """Gaussian kernel width g in exp(−g‖x − x'‖²); None if linear."""
     train_scores: jax.Array
     """Ranking scores f(x_i) of the training rows (n,)."""
+    thresholds: jax.Array
+    """(r-1,) cut-points of the score into ranks (:func:`score_thresholds`); rank k + 1
+    lies above ``thresholds[k]``."""
     alpha: jax.Array
     """Dual variables of the working-set QP (capacity,); they sum to C."""
     working_set: jax.Array
@@ -593,13 +609,41 @@ def _oracle(codes, weights, config, pairs, pair_weights, dtype):
     return lambda f: _most_violated_pairs(f, pairs, pw, total)
 
 
-def _result(c, end, coef, basis, gamma, n_status=None):
+def score_thresholds(scores, codes, weights, n_ranks: int):
+    """Cut-points that put the training rows in the ranks in their labels' proportions.
+
+    The rows of positive weight are sorted by score; the k-th cut-point lies midway between
+    the scores at which the cumulative weight reaches the (weighted) share of ranks <= k.
+
+    Args:
+        scores: (n,) training scores.
+        codes: (n,) ranks 0..r-1.
+        weights: (n,) non-negative row weights; rows of weight 0 take no part.
+        n_ranks: r (static).
+
+    Returns:
+        (r-1,) thresholds, non-decreasing.
+    """
+    keep = weights > 0
+    order = jnp.argsort(jnp.where(keep, scores, jnp.inf), stable=True)
+    s, w = scores[order], jnp.where(keep, weights, 0)[order]
+    cum = jnp.cumsum(w)
+    total = cum[-1]
+    target = jnp.cumsum(jnp.zeros(n_ranks, w.dtype).at[codes].add(jnp.where(keep, weights, 0)))[:-1]
+    last = jnp.sum(keep) - 1
+    idx = jnp.clip(jnp.searchsorted(cum, target - 1e-6 * total, side="left"), 0, last)
+    return 0.5 * (s[idx] + s[jnp.minimum(idx + 1, last)])
+
+
+def _result(config, c, end, coef, basis, gamma, codes, weights, n_status=None):
     status = end["status"] if n_status is None else jnp.where(n_status != Status.SUCCESS, n_status, end["status"])
     return RankPairsResult(
+        config=config,
         coef=coef,
         basis=basis,
         gamma=gamma,
         train_scores=c["f"],
+        thresholds=score_thresholds(c["f"], codes, weights.astype(c["f"].dtype), config.n_ranks),
         alpha=c["alpha"],
         working_set=c["used"],
         working_set_size=jnp.sum(c["used"]).astype(jnp.int32),
@@ -651,13 +695,13 @@ def fit_rankpairs_linear(X, codes, weights, C, eps, config: RankPairsConfig, pai
     oracle = _oracle(codes, weights, config, pairs, pair_weights, dtype)
     c, end = _cutting_plane(oracle, _linear_ops(X, config.capacity, dtype), n, C, eps, config, dtype)
     w = c["store"].T @ c["alpha"]
-    return _result(c, end, w, None, None)
+    return _result(config, c, end, w, None, None, codes, weights)
 
 
 def rbf_kernel(A, B, gamma):
-    """Gaussian kernel exp(−g‖a − b‖²) between the rows of A (n, d) and B (m, d)."""
-    sq = jnp.sum(A * A, 1)[:, None] + jnp.sum(B * B, 1)[None, :] - 2 * A @ B.T
-    return jnp.exp(-gamma * jnp.maximum(sq, 0))
+    """Gaussian kernel exp(−g‖a − b‖²) between the rows of A (n, d) and B (m, d)
+    (:func:`bayesord._basis.kernel_matrix`)."""
+    return kernel_matrix(A, B, gamma, "rbf")
 
 
 @partial(jax.jit, static_argnames="config")
@@ -694,7 +738,7 @@ def _fit_gram(K, codes, weights, C, eps, config, pairs, pair_weights):
     oracle = _oracle(codes, weights, config, pairs, pair_weights, dtype)
     c, end = _cutting_plane(oracle, _kernel_ops(K, config.capacity, dtype), K.shape[0], C, eps, config, dtype)
     coef = c["store"][0].T @ c["alpha"]
-    return _result(c, end, coef, None, None)
+    return _result(config, c, end, coef, None, None, codes, weights)
 
 
 @partial(jax.jit, static_argnames="config")
@@ -726,7 +770,7 @@ def fit_rankpairs_nystroem(X, codes, weights, C, gamma, eps, key, config: RankPa
     w = c["store"].T @ c["alpha"]
     coef = jax.scipy.linalg.solve_triangular(L.T, w, lower=False)
     n_status = jnp.where(chol_ok, jnp.int32(Status.SUCCESS), jnp.int32(Status.NOT_POSITIVE_DEFINITE))
-    return _result(c, end, coef, land, gamma, n_status)
+    return _result(config, c, end, coef, land, gamma, codes, weights, n_status)
 
 
 def decision_rankpairs(result: RankPairsResult, X, block_size: int = 4096):
@@ -747,6 +791,28 @@ def decision_rankpairs(result: RankPairsResult, X, block_size: int = 4096):
     Xp = jnp.concatenate([X, jnp.zeros((pad, X.shape[1]), X.dtype)]).reshape(-1, block_size, X.shape[1])
     out = lax.map(lambda B: rbf_kernel(B, result.basis, result.gamma) @ result.coef, Xp)
     return out.reshape(-1)[:n]
+
+
+def predict_rankpairs(result: RankPairsResult, X) -> Prediction:
+    """Ranks of new rows: the score f(x) cut at ``result.thresholds``.
+
+    Args:
+        result: a fitted :class:`RankPairsResult` (any of the ``fit_rankpairs_*``).
+        X: (n, d) rows (dense, or BCOO for the linear model); for
+            :func:`fit_rankpairs_gram`, the kernel rows k(x, X_train), shape (n, n_train).
+
+    Returns:
+        :class:`~bayesord._results.Prediction`: ``labels`` (n,) codes 0..r-1 and ``scores``
+        f(x) (n,).
+    """
+    width = result.coef.shape[0] if result.basis is None else result.basis.shape[1]
+    if X.shape[1] != width:
+        raise ValueError(f"X has {X.shape[1]} columns but the fit expects {width}")
+    if not isinstance(X, jsparse.BCOO):
+        X = jnp.asarray(X, result.coef.dtype)
+    scores = decision_rankpairs(result, X)
+    labels = jnp.searchsorted(result.thresholds, scores, side="right").astype(jnp.int32)
+    return Prediction(labels, scores)
 
 
 # --------------------------------------------------------------------------- Herbrich pairs

@@ -61,7 +61,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from ._basis import kernel_matrix as basis_kernel
 from ._loops import jit_serial_cpu, permutation
+from ._results import Prediction, result_type
 from ._sparse import PaddedRows, rmatvec, row_dots, row_sq_norms
 from ._status import Status
 
@@ -73,8 +75,10 @@ __all__ = [
     "margin_loss",
     "binary_loss",
     "ordinal_loss",
+    "objective",
     "extended_labels",
     "fit_redsvm",
+    "predict_redsvm",
     "decision_scores",
     "predict_codes",
     "KernelMap",
@@ -116,11 +120,25 @@ def extended_labels(codes, n_classes: int):
     return jnp.where(codes[:, None] > k[None, :], 1.0, -1.0)
 
 
+def _signed_losses(s, h, theta, b, loss: str):
+    """(n,) ``sum_k loss(s_ik (h_i - theta_k - b))`` for extended labels ``s`` (n, K-1)."""
+    return jnp.sum(margin_loss(s * (h[:, None] - theta[None, :] - b), loss), axis=1)
+
+
 def ordinal_loss(h, theta, b, codes, loss: str):
     """Eq. (6): the ordinal loss ``sum_k loss_{y^k}(h - theta_k - b)``, shape (n,)."""
-    s = extended_labels(codes, theta.shape[0] + 1).astype(h.dtype)
-    g = h[:, None] - theta[None, :] - b
-    return jnp.sum(margin_loss(s * g, loss), axis=1)
+    return _signed_losses(extended_labels(codes, theta.shape[0] + 1).astype(h.dtype), h, theta, b, loss)
+
+
+def objective(X, codes, c, w, theta, b, loss: str):
+    """Eq. (9): ``|w|^2 / 2 + |theta|^2 / 2 + sum_i c_i sum_k loss(y_i^k (w.x_i - theta_k - b))``.
+
+    ``codes`` are class codes (n,), or the extended labels ``y_i^k`` themselves (n, K-1).
+    """
+    s = codes if codes.ndim == 2 else extended_labels(codes, theta.shape[0] + 1)
+    h = row_dots(X, w)
+    losses = _signed_losses(s.astype(h.dtype), h, theta, b, loss)
+    return 0.5 * jnp.dot(w, w) + 0.5 * jnp.dot(theta, theta) + jnp.sum(c * losses)
 
 
 def _dual_psi(a, c, loss: str):
@@ -206,9 +224,12 @@ class RedSVMConfig:
             raise ValueError("n_classes must be at least 2")
 
 
-class RedSVMResult(NamedTuple):
+@result_type
+class RedSVMResult:
     """Solution of Eq. (9)."""
 
+    config: RedSVMConfig
+    """The static settings of the fit."""
     w: jax.Array
     """(d,) weights of the latent score ``h(x) = w.x``."""
     theta: jax.Array
@@ -234,12 +255,6 @@ class RedSVMResult(NamedTuple):
 def _w_theta(X, alpha, s):
     coef = jnp.sum(alpha * s, axis=1)
     return rmatvec(X, coef), -jnp.sum(alpha * s, axis=0)
-
-
-def _primal(X, s, c, w, theta, b, loss):
-    h = row_dots(X, w)
-    m = s * (h[:, None] - theta[None, :] - b)
-    return 0.5 * jnp.dot(w, w) + 0.5 * jnp.dot(theta, theta) + jnp.sum(c[:, None] * margin_loss(m, loss))
 
 
 def _dual(s, c, alpha, w, theta, b, loss):
@@ -315,7 +330,7 @@ def _solve_fixed_b(X, s, c, sq, alpha, b, tol, key, config: RedSVMConfig):
         return alpha, w, theta, perm
 
     def gap_of(alpha, w, theta):
-        p = _primal(X, s, c, w, theta, b, loss)
+        p = objective(X, s, c, w, theta, b, loss)
         d = _dual(s, c, alpha, w, theta, b, loss)
         return p - d, p
 
@@ -421,7 +436,7 @@ def _fit_redsvm_impl(X, codes, c, alpha0, b0, tol, key, config):
     converged = st.done & st.inner_ok & jnp.isfinite(p)
     status = jnp.where(~jnp.isfinite(p), Status.NONFINITE,
                        jnp.where(converged, Status.SUCCESS, Status.MAX_ITER)).astype(jnp.int32)
-    return RedSVMResult(w, theta, b, alpha, p, gap, epochs, it, converged, status)
+    return RedSVMResult(config, w, theta, b, alpha, p, gap, epochs, it, converged, status)
 
 
 _fit_redsvm_jit = jit_serial_cpu(_fit_redsvm_impl, static_argnames=("config",))
@@ -478,6 +493,38 @@ def predict_codes(h, theta, b):
     return jnp.sum(h[:, None] - theta[None, :] - b > 0, axis=1).astype(jnp.int32)
 
 
+@jax.jit
+def _threshold_prediction(w, theta, b, X):
+    h = row_dots(X, w)
+    return Prediction(predict_codes(h, theta, b), h)
+
+
+def threshold_prediction(w, theta, b, X) -> Prediction:
+    """Eq. (3) for new rows: scores ``h = w.x`` and the codes of the thresholds ``theta + b``
+    below them (dense rows or :class:`~bayesord._sparse.PaddedRows`)."""
+    if not isinstance(X, PaddedRows):
+        X = jnp.asarray(X, w.dtype)
+    if X.shape[1] != w.shape[0]:
+        raise ValueError(f"X has {X.shape[1]} columns but the fit has {w.shape[0]} "
+                         "(a kernel model predicts the kernel map's features of the rows)")
+    return _threshold_prediction(w, theta, b, X)
+
+
+def predict_redsvm(result: RedSVMResult, X) -> Prediction:
+    """Classes of new rows (Eq. 3) from a :func:`fit_redsvm` result.
+
+    Args:
+        result: :class:`RedSVMResult`.
+        X: rows in the fit's representation: dense (n, d), :class:`~bayesord._sparse.PaddedRows`,
+            or kernel features from :func:`transform_kernel_map`.
+
+    Returns:
+        :class:`~bayesord._results.Prediction`: ``labels`` (n,) codes 0..K-1 and ``scores``
+        the latent ``h(x) = w.x``.
+    """
+    return threshold_prediction(result.w, result.theta, result.b, X)
+
+
 # --------------------------------------------------------------------------- kernels
 
 
@@ -494,36 +541,22 @@ class KernelMap(NamedTuple):
     """RBF width (unused by the perceptron kernel)."""
 
 
-def _sqdist_block(A, B):
-    return jnp.sum((A[:, None, :] - B[None, :, :]) ** 2, axis=-1)
-
-
 def kernel_matrix(A, B, kind: str, gamma=1.0, center=None, block: int = 256):
-    """Kernel between the rows of A (n, d) and B (m, d), evaluated in row blocks.
+    """Kernel between the rows of A (n, d) and B (m, d), evaluated in row blocks of A.
 
     ``kind="perceptron"`` gives the positive definite form
     ``|a - z0| + |b - z0| - |a - b|`` of the perceptron kernel ``-|a - b|`` (Section V-B),
-    ``kind="rbf"`` gives ``exp(-gamma |a - b|^2)``.
+    ``kind="rbf"`` gives ``exp(-gamma |a - b|^2)`` (:func:`bayesord._basis.kernel_matrix`,
+    distances from the differences).
     """
+    if kind not in ("perceptron", "rbf"):
+        raise ValueError(f"unknown kernel {kind!r}; choose 'perceptron' or 'rbf'")
     A = jnp.asarray(A)
     B = jnp.asarray(B)
     n = A.shape[0]
     nb = -(-n // block)
-    pad = nb * block - n
-    Ap = jnp.concatenate([A, jnp.zeros((pad, A.shape[1]), A.dtype)]).reshape(nb, block, -1)
-    if kind == "perceptron":
-        z0 = jnp.zeros(A.shape[1], A.dtype) if center is None else center
-        nb_ = jnp.sqrt(jnp.sum((B - z0) ** 2, axis=1))
-
-        def one(Ablk):
-            d = jnp.sqrt(_sqdist_block(Ablk, B))
-            na = jnp.sqrt(jnp.sum((Ablk - z0) ** 2, axis=1))
-            return na[:, None] + nb_[None, :] - d
-    elif kind == "rbf":
-        def one(Ablk):
-            return jnp.exp(-gamma * _sqdist_block(Ablk, B))
-    else:
-        raise ValueError(f"unknown kernel {kind!r}; choose 'perceptron' or 'rbf'")
+    Ap = jnp.concatenate([A, jnp.zeros((nb * block - n, A.shape[1]), A.dtype)]).reshape(nb, block, -1)
+    one = lambda Ablk: basis_kernel(Ablk, B, gamma, kind, center=center, exact=True)  # noqa: E731
     return lax.map(one, Ap).reshape(nb * block, -1)[:n]
 
 

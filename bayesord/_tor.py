@@ -35,26 +35,19 @@ within each annealing stage.
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ._redsvm import (
-    RedSVMConfig,
-    extended_labels,
-    fit_redsvm,
-    margin_loss,
-    predict_codes,
-)
+from ._redsvm import RedSVMConfig, fit_redsvm, margin_loss, objective, predict_codes, threshold_prediction
+from ._results import Prediction, result_type
 from ._loops import jit_serial_cpu
 from ._progress import emit
 from ._sparse import PaddedRows, row_dots
 from ._status import Status
 
-__all__ = ["TORConfig", "TORResult", "fit_tor", "init_pseudo_labels"]
+__all__ = ["TORConfig", "TORResult", "fit_tor", "predict_tor", "init_pseudo_labels"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,9 +90,12 @@ class TORConfig:
                             self.max_bias_iter)
 
 
-class TORResult(NamedTuple):
+@result_type
+class TORResult:
     """Outcome of Algorithm 1."""
 
+    config: TORConfig
+    """The static settings of the fit."""
     labels: jax.Array
     """(n,) codes 0..K-1: the given labels for labeled rows, the transduced ones for the rest."""
     init_labels: jax.Array
@@ -171,11 +167,6 @@ def init_pseudo_labels(h, unlabeled, codes, n_classes: int, ratio=None):
     return jnp.where(unlabeled, assigned, codes)
 
 
-def _row_losses(h, theta, b, codes, loss):
-    s = extended_labels(codes, theta.shape[0] + 1).astype(h.dtype)
-    return jnp.sum(margin_loss(s * (h[:, None] - theta[None, :] - b), loss), axis=1)
-
-
 def _swap_round(h, theta, b, labels, unlabeled, c, loss, n_classes, rule="eq5"):
     """One pass of Algorithm 1 lines 9-15 with the model fixed; returns (labels, n_swapped).
 
@@ -218,11 +209,6 @@ def _progress_line(v):
         return (f"TOR done: {stage} stages  {counts}  "
                 f"({'converged' if v['converged'].all() else 'not converged'})")
     return f"TOR stage {min(stage + 1, total)}/{total}  C2 {float(v['c2'].max()):.3g}  {counts}"
-
-
-def _objective(X, labels, c, w, theta, b, loss):
-    h = row_dots(X, w)
-    return 0.5 * jnp.dot(w, w) + 0.5 * jnp.dot(theta, theta) + jnp.sum(c * _row_losses(h, theta, b, labels, loss))
 
 
 def _fit_tor_impl(X, codes, unlabeled, weight, C1, c2_init, c2_growth, tol, key, ratio, config):
@@ -288,7 +274,7 @@ def _fit_tor_impl(X, codes, unlabeled, weight, C1, c2_init, c2_growth, tol, key,
             obj = jnp.where(keep_new, r.objective, st["prev_swapped"])
             labels, n_sw = _swap_round(row_dots(X, w), theta, b, st["labels"], unlabeled, c, loss, K,
                                        config.swap_rule)
-            swapped_obj = jnp.where(n_sw > 0, _objective(X, labels, c, w, theta, b, loss), jnp.nan)
+            swapped_obj = jnp.where(n_sw > 0, objective(X, labels, c, w, theta, b, loss), jnp.nan)
             i = st["n_ret"]
             stage_done = n_sw == 0
             return dict(
@@ -315,7 +301,7 @@ def _fit_tor_impl(X, codes, unlabeled, weight, C1, c2_init, c2_growth, tol, key,
     if config.progress:
         report(st, final=True, converged=finished & st["all_conv"] & ~st["bad"])
     return TORResult(
-        labels=st["labels"], init_labels=st["init_labels"], w=st["w"], theta=st["theta"], b=st["b"],
+        config=config, labels=st["labels"], init_labels=st["init_labels"], w=st["w"], theta=st["theta"], b=st["b"],
         init_w=st["init_w"], init_theta=st["init_theta"], init_b=st["init_b"],
         objective_trace=st["obj_tr"], swapped_trace=st["sw_tr"], trace_stage=st["st_tr"],
         trace_c2=st["c2_tr"], trace_swaps=st["nsw_tr"], n_retrains=st["n_ret"],
@@ -363,3 +349,19 @@ def fit_tor(X, codes, unlabeled, config: TORConfig, *, C1=1.0, c2_init=1e-5, c2_
                         jnp.asarray(c2_init, dtype), jnp.asarray(c2_growth, dtype),
                         jnp.asarray(tol, dtype), key,
                         None if class_ratios is None else jnp.asarray(class_ratios, dtype), config)
+
+
+def predict_tor(result: TORResult, X) -> Prediction:
+    """Classes of new rows from the final inductive model of :func:`fit_tor` (Eq. 3).
+
+    Args:
+        result: :class:`TORResult`.
+        X: rows in the fit's representation (dense, :class:`~bayesord._sparse.PaddedRows`
+            or kernel features).
+
+    Returns:
+        :class:`~bayesord._results.Prediction`: ``labels`` (n,) codes 0..K-1 and ``scores``
+        the latent ``h(x) = w.x``.  The transduced labels of the fit's own rows are
+        ``result.labels``.
+    """
+    return threshold_prediction(result.w, result.theta, result.b, X)

@@ -21,7 +21,7 @@ LAYERS = {
              "_results", "_registry", "_effects", "_mesh"},
     "models": {"_laplace", "_probit", "_isbor", "_mixed", "_clm", "_npsvor", "_perceptron", "_rankpairs",
                "_redsvm", "_tor"},
-    "tools": {"datasets", "metrics", "calibration", "uncertainty", "diagnostics"},
+    "tools": {"datasets", "metrics", "calibration", "uncertainty", "diagnostics", "io"},
     "estimators": {"estimators"},
     "interface": {"cli", "_bench", "distributed", "__init__"},
 }

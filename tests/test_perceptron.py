@@ -219,7 +219,7 @@ def test_linear_kernel_dual_equals_primal(algorithm, averaged, margin):
     np.testing.assert_allclose(dual.dual_coef.T @ X, prim.coef, atol=1e-9)
     np.testing.assert_allclose(dual.thresholds, prim.thresholds, atol=1e-9)
     Xt = np.random.default_rng(5).normal(size=(13, X.shape[1]))
-    np.testing.assert_allclose(P.kernel_decision_function(dual, Xt, hyper, "linear", batch_size=5),
+    np.testing.assert_allclose(P.kernel_decision_function(dual, Xt, batch_size=5),
                                P.decision_function(prim, Xt), atol=1e-9)
     assert np.array_equal(dual.mistakes, prim.mistakes)
 
@@ -233,8 +233,16 @@ def test_rbf_kernel_scores_match_numpy_expansion():
     K = np.exp(-0.3 * ((Xt[:, None, :] - X[None, :, :]) ** 2).sum(-1))
     inc = K @ np.asarray(res.dual_coef) - np.asarray(res.thresholds)
     inc[:, 0] = 0.0
-    np.testing.assert_allclose(P.kernel_decision_function(res, Xt, hyper, "rbf"),
-                               np.cumsum(inc, 1), atol=1e-10)
+    np.testing.assert_allclose(P.kernel_decision_function(res, Xt), np.cumsum(inc, 1), atol=1e-10)
+    # The kernel and its width are read from the result; passing them again is deprecated,
+    # and passing other values is an error.
+    with pytest.warns(DeprecationWarning):
+        np.testing.assert_allclose(P.kernel_decision_function(res, Xt, hyper, "rbf"), np.cumsum(inc, 1),
+                                   atol=1e-10)
+    with pytest.raises(ValueError, match="kernel='poly'"):
+        P.kernel_decision_function(res, Xt, kernel="poly")
+    with pytest.raises(ValueError, match="hyper"):
+        P.kernel_decision_function(res, Xt, P.make_hyper(gamma=0.5))
     # Fig. 5 atom counting: perceptron coefficients are integers.
     A = np.asarray(res.dual_coef)
     assert np.array_equal(A, np.round(A)) and np.all(A[:, 0] == 0)

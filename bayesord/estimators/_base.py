@@ -25,6 +25,7 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
+from .._results import decode_state, encode_state, state_types
 from .._status import OneClassWarning, warn_user
 from .._validation import (
     ColumnScaleWarning,
@@ -624,71 +625,33 @@ class SnapshotSavableMixin(SavableMixin):
 
     For estimators whose fitted state is plain: arrays (NumPy or JAX; they load as NumPy),
     numbers, strings, None, and dicts, lists and tuples of them, plus the NamedTuple types
-    listed in ``_state_types``.  Anything else is a ``TypeError`` at saving time, so a new
-    attribute of an unsupported kind cannot be dropped silently.
+    and results listed in ``_state_types`` (:func:`bayesord._results.encode_state`).
+    Anything else is a ``TypeError`` at saving time, so a new attribute of an unsupported
+    kind cannot be dropped silently.
     """
 
     _state_types = ()
 
+    @property
+    def _types(self):
+        return state_types(*self._state_types)
+
     def _saved_state(self):
         arrays = {}
-        state = {name: _encode_state(value, f"state.{name}", arrays, self._state_types)
+        state = {name: encode_state(value, f"state.{name}", arrays, self._types)
                  for name, value in vars(self).items()
                  if name.endswith("_") and not name.startswith("__") and name not in _FILE_ATTRIBUTES}
         return arrays, {"state": state}
 
     def _restore(self, arrays, meta):
-        types = {t.__name__: t for t in self._state_types}
         for name, value in meta["state"].items():
-            setattr(self, name, _decode_state(value, arrays, types))
+            setattr(self, name, decode_state(value, arrays, self._types))
 
 
 # Written by _write_model_file itself (the last three through the estimator's
 # ``_uncertainty_state``: see bayesord.estimators._uncertainty).
 _FILE_ATTRIBUTES = ("classes_", "n_features_in_", "feature_names_in_", "input_center_", "input_scale_",
                     "conformal_", "proba_layer_", "bootstrap_draws_")
-
-
-def _encode_state(value, key, arrays, types):
-    """JSON-ready description of ``value``; its arrays go into ``arrays`` under ``key...``."""
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return {"json": value}
-    if isinstance(value, (np.ndarray, np.generic, jax.Array)):
-        arr = np.asarray(value)
-        if arr.dtype == object:
-            if not all(isinstance(v, (bool, int, float, str)) for v in arr.ravel().tolist()):
-                raise TypeError(f"{key}: an object array of non-scalar values cannot be saved without pickle")
-            return {"objects": arr.tolist()}
-        arrays[key] = arr
-        return {"array": key}
-    if isinstance(value, tuple) and hasattr(type(value), "_fields"):
-        if type(value) not in types:
-            raise TypeError(f"{key}: {type(value).__name__} is not among the saved state types")
-        return {"namedtuple": {"type": type(value).__name__,
-                               "fields": {f: _encode_state(getattr(value, f), f"{key}.{f}", arrays, types)
-                                          for f in value._fields}}}
-    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
-        return {"dict": {k: _encode_state(v, f"{key}.{k}", arrays, types) for k, v in value.items()}}
-    if isinstance(value, (list, tuple)):
-        return {"tuple" if isinstance(value, tuple) else "list":
-                [_encode_state(v, f"{key}.{i}", arrays, types) for i, v in enumerate(value)]}
-    raise TypeError(f"{key}: a {type(value).__name__} cannot be saved without pickle")
-
-
-def _decode_state(desc, arrays, types):
-    (kind, value), = desc.items()
-    if kind == "json":
-        return value
-    if kind == "array":
-        return arrays[value]
-    if kind == "objects":
-        return np.asarray(value, dtype=object)
-    if kind == "namedtuple":
-        return types[value["type"]](**{f: _decode_state(v, arrays, types) for f, v in value["fields"].items()})
-    if kind == "dict":
-        return {k: _decode_state(v, arrays, types) for k, v in value.items()}
-    items = [_decode_state(v, arrays, types) for v in value]
-    return tuple(items) if kind == "tuple" else items
 
 
 def _write_model_file(est, path, arrays, meta):

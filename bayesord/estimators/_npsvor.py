@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 
 import jax
@@ -9,15 +10,7 @@ import numpy as np
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
-from .._npsvor import (
-    SOLVERS,
-    NPSVORConfig,
-    cv_npsvor,
-    decision_values,
-    fit_npsvor,
-    predict_r_new,
-    predict_r_old,
-)
+from .._npsvor import SOLVERS, NPSVORConfig, NPSVORResult, cv_npsvor, fit_npsvor, predict_npsvor
 from .._progress import check_verbose, prefix
 from .._sparse import to_padded_rows
 from .._status import check_status
@@ -73,6 +66,9 @@ class NPSVOR(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
     Attributes:
         coef_: (p, d) hyperplanes w_k.
         intercept_: (p,) biases b_k (only when ``fit_intercept``).
+        result_: the functional :class:`bayesord.NPSVORResult`
+            (``bayesord.predict_npsvor(result_, X)`` predicts padded rows built as ``_ell``
+            builds them).
         dual_coef_: (p, n) dual variables alpha (Eq. 19).
         n_iter_: (p,) passes per rank.
         converged_: (p,) whether each rank met the tolerance.
@@ -93,6 +89,7 @@ class NPSVOR(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
     """
 
     _format = "bayesord.NPSVOR/1"
+    _state_types = (NPSVORResult,)
     _accept_sparse = True
     _offset_sensitive = True
     # Exact sample weights (a weight multiplies the row's C): a weighted refit is a bootstrap draw.
@@ -176,7 +173,7 @@ class NPSVOR(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
         config = NPSVORConfig(n_features=X.shape[1] + bool(self.fit_intercept),
                               solver=self.solver, block_size=int(self.block_size),
                               shrinking=bool(self.shrinking), max_iter=int(self.max_iter),
-                              progress=check_verbose(self.verbose))
+                              progress=check_verbose(self.verbose), predictor=self.predictor)
         rs = check_random_state(self.random_state)
         key = jax.random.key(int(rs.randint(2**31 - 1)))
         weights = None if np.all(sw == 1.0) else sw
@@ -197,15 +194,17 @@ class NPSVOR(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
             self.intercept_ = W[:, -1] * float(self.intercept_scaling)
         else:
             self.coef_ = W
-        self._W_ = W
+        self.result_ = res
         self.C_ = C1 if C1 == C2 else (C1, C2)
-        self.dual_coef_ = np.asarray(res.alpha)
-        self.n_iter_ = np.asarray(res.n_iter)
-        self.converged_ = np.asarray(res.converged)
-        self.duality_gap_ = np.asarray(res.gap)
-        self.primal_objective_ = np.asarray(res.primal)
-        self.dual_objective_ = np.asarray(res.dual)
         return self
+
+    # Read from ``result_``, so a saved model holds them once.
+    dual_coef_ = property(lambda self: np.asarray(self.result_.alpha))
+    n_iter_ = property(lambda self: np.asarray(self.result_.n_iter))
+    converged_ = property(lambda self: np.asarray(self.result_.converged))
+    duality_gap_ = property(lambda self: np.asarray(self.result_.gap))
+    primal_objective_ = property(lambda self: np.asarray(self.result_.primal))
+    dual_objective_ = property(lambda self: np.asarray(self.result_.dual))
 
     def decision_function(self, X):
         """Decision values f_k(x) = w_k'x + b_k, shape (n, p), columns in class order.
@@ -213,16 +212,18 @@ class NPSVOR(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
         These are signed distances (times |w_k|) to each rank's hyperplane, not
         probabilities: r_old picks the smallest |f_k|, r_new counts f_k + f_{k+1} > 0.
         """
-        check_is_fitted(self, "coef_")
-        X = self._validate_predict(X)
-        return np.asarray(decision_values(self._W_, self._ell(X)))
+        return np.asarray(self._predict(X, None).scores)
 
     def predict(self, X, predictor=None):
         """Predicted labels by r_new (Eq. 36) or r_old (Eq. 5); default ``self.predictor``."""
-        predictor = self.predictor if predictor is None else predictor
-        if predictor not in ("new", "old"):
-            raise ValueError(f"predictor must be 'new' or 'old', got {predictor!r}")
-        F = self.decision_function(X)
-        codes = predict_r_new(F) if predictor == "new" else predict_r_old(F)
-        return self._decode(np.asarray(codes))
+        return self._decode(np.asarray(self._predict(X, predictor).labels))
+
+    def _predict(self, X, predictor):
+        check_is_fitted(self, "result_")
+        result = self.result_
+        if predictor is not None and predictor != result.config.predictor:
+            if predictor not in ("new", "old"):
+                raise ValueError(f"predictor must be 'new' or 'old', got {predictor!r}")
+            result = result._replace(config=dataclasses.replace(result.config, predictor=predictor))
+        return predict_npsvor(result, self._ell(self._validate_predict(X)))
 

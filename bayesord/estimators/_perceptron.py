@@ -188,19 +188,18 @@ class _StructuredPerceptron(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstima
 
         Column k belongs to ``classes_[k]``; the first column is 0.  Not probabilities.
         """
+        return np.asarray(self._predict(X).scores)
+
+    def _predict(self, X):
         check_is_fitted(self, "n_iter_")
         X = self._validate_predict(X)
         dtype = float_dtype()
-        if isinstance(self._result_, core.KernelPerceptronResult):
-            scores = core.kernel_decision_function(self._result_, np.asarray(X, dtype), self._hyper_,
-                                                   self._kernel())
-        else:
-            scores = core.decision_function(self._result_, as_rows(X, dtype))
-        return np.asarray(scores)
+        kernel = isinstance(self._result_, core.KernelPerceptronResult)
+        return core.predict_perceptron(self._result_, np.asarray(X, dtype) if kernel else as_rows(X, dtype))
 
     def predict(self, X):
         """Labels by the CuSum argmax (Eq. 8; ties to the higher rank)."""
-        return self._decode(np.asarray(core.predict(self.decision_function(X))))
+        return self._decode(np.asarray(self._predict(X).labels))
 
 
 class CuSumRank(_StructuredPerceptron):

@@ -14,10 +14,10 @@ from sklearn.utils import check_random_state
 from .._rankpairs import (
     RankPairsConfig,
     RankPairsResult,
-    decision_rankpairs,
     fit_rankpairs_kernel,
     fit_rankpairs_linear,
     fit_rankpairs_nystroem,
+    predict_rankpairs,
     sample_pairs,
     swapped_pairs_rate,
 )
@@ -181,7 +181,7 @@ class SwappedPairsSVM(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
         else:
             self.dual_coef_ = np.asarray(res.coef)
             self.basis_ = np.asarray(res.basis)
-        self.thresholds_ = _quantile_thresholds(np.asarray(res.train_scores), codes, sw, len(self.classes_))
+        self.thresholds_ = np.asarray(res.thresholds)
         self.n_iter_ = int(res.n_iter)
         self.converged_ = bool(res.converged)
         self.status_ = int(res.status)
@@ -190,10 +190,13 @@ class SwappedPairsSVM(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
 
     def decision_function(self, X):
         """Ranking scores f(x) (n,): a larger score means a higher rank."""
+        return np.asarray(self._predict(X).scores)
+
+    def _predict(self, X):
         X = self._validate_predict(X)
         dtype = self.result_.coef.dtype
         Xj = jsparse.BCOO.from_scipy_sparse(X.astype(dtype)) if sp.issparse(X) else jnp.asarray(X, dtype)
-        return np.asarray(decision_rankpairs(self.result_, Xj))
+        return predict_rankpairs(self.result_, Xj)
 
     def predict(self, X):
         """Ranks by cutting the score at ``thresholds_``.
@@ -202,9 +205,7 @@ class SwappedPairsSVM(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
         the ranks in the same (weighted) proportions as their labels: the k-th cut-point is
         midway between the training scores around the cumulative share of ranks ≤ k.
         """
-        scores = self.decision_function(X)  # first: it raises NotFittedError before fit
-        codes = np.searchsorted(self.thresholds_, scores, side="right")
-        return self._decode(codes)
+        return self._decode(np.asarray(self._predict(X).labels))
 
     def score(self, X, y, sample_weight=None):
         """1 − the swapped-pairs rate of Eq. (1) (ties in the score count as swapped)."""
@@ -212,15 +213,3 @@ class SwappedPairsSVM(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
         codes = self._encode_y(y, f.shape[0])
         sw = check_sample_weight(sample_weight, f.shape[0])
         return 1.0 - float(swapped_pairs_rate(jnp.asarray(f), jnp.asarray(codes), sw, len(self.classes_)))
-
-
-def _quantile_thresholds(scores, codes, weights, n_ranks):
-    keep = weights > 0
-    order = np.argsort(scores[keep], kind="stable")
-    s = scores[keep][order]
-    w = weights[keep][order]
-    cum = np.cumsum(w) / np.sum(w)
-    share = np.cumsum(np.bincount(codes[keep], weights=weights[keep], minlength=n_ranks))[:-1] / np.sum(w)
-    idx = np.clip(np.searchsorted(cum, share - 1e-12, side="left"), 0, len(s) - 1)
-    nxt = np.minimum(idx + 1, len(s) - 1)
-    return 0.5 * (s[idx] + s[nxt])

@@ -19,10 +19,9 @@ from .._redsvm import (
     LOSSES,
     KernelMap,
     RedSVMConfig,
-    decision_scores,
     fit_kernel_map,
     fit_redsvm,
-    predict_codes,
+    threshold_prediction,
     transform_kernel_map,
 )
 from .._basis import check_gamma, resolve_gamma
@@ -100,16 +99,18 @@ class _RedSVMBase(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
         self.thresholds_ = np.asarray(theta) + float(b)
         self.coef_ = self.w_ if self.kernel == "linear" else None
 
+    def _predict(self, X):
+        X = self._validate_predict(X)
+        return threshold_prediction(jnp.asarray(self.w_), jnp.asarray(self.thresholds_), 0.0,
+                                    self._features_predict(X))
+
     def decision_function(self, X):
         """Latent score ``h(x) = w.z(x)``; class k+1 is predicted above ``thresholds_[k]``."""
-        X = self._validate_predict(X)
-        return np.asarray(decision_scores(jnp.asarray(self.w_), self._features_predict(X)))
+        return np.asarray(self._predict(X).scores)
 
     def predict(self, X):
         """Eq. (3): the number of thresholds below the score, mapped back to the labels."""
-        h = self.decision_function(X)
-        codes = predict_codes(jnp.asarray(h), jnp.asarray(self.thresholds_), 0.0)
-        return self._decode(np.asarray(codes))
+        return self._decode(np.asarray(self._predict(X).labels))
 
 
 class RedSVM(_RedSVMBase):
