@@ -54,6 +54,7 @@ __all__ = [
     "joint_posterior",
     "gap_space_gaussian",
     "joint_draws",
+    "newton_ascent",
     "maximise_exact",
     "saddle_free_precision",
 ]
@@ -112,7 +113,8 @@ def _termination(decrement, value, rtol):
 class _NewtonState(NamedTuple):
     x: jax.Array  # last accepted point
     value: jax.Array  # objective there
-    chol: jax.Array  # Cholesky factor of the precision at x
+    factor: jax.Array  # what the step's solve returned with it (a Cholesky factor, a Hessian)
+    extra: object  # what the derivatives pass on to the next evaluation (a warm start)
     step: jax.Array  # Newton step from x
     decrement: jax.Array  # grad @ step
     t: jax.Array  # step length of the next trial
@@ -124,43 +126,48 @@ class _NewtonState(NamedTuple):
     status: jax.Array
 
 
-def _newton(evaluate, derivatives, x0, rtol, max_iter):
-    """Damped Newton ascent shared by the MAP solvers.
+def newton_ascent(evaluate, derivatives, solve, x0, rtol, max_iter, extra0=None):
+    """Damped Newton ascent: the one loop of the MAP, maximum-likelihood and Laplace solvers.
 
-    ``evaluate(x) -> (value, aux)`` gives the objective (``-inf`` where x is infeasible)
-    and whatever per-sample quantities the derivatives need; ``derivatives(x, aux) ->
-    (grad, precision)`` with ``precision`` the negative Hessian.
+    ``evaluate(x, extra) -> (value, aux)`` gives the objective (``-inf`` where x is
+    infeasible) and whatever the derivatives need; ``derivatives(x, aux) -> (grad,
+    precision, extra, inner_ok)`` with ``precision`` the negative Hessian (or the Hessian
+    itself, for a ``solve`` that takes it so), ``extra`` passed on to the next evaluation and
+    ``inner_ok`` whether an inner solve behind the value converged; ``solve(precision, grad)
+    -> (step, factor, ok)`` the Newton step, what to return with the point (a Cholesky factor
+    of the precision, say) and whether the solve succeeded.
 
     One flat loop: each pass evaluates one trial point ``x + t * step``.  An accepted trial
     (Armijo's condition) becomes the new point and its derivatives are formed at once from
     the same ``aux``, so nothing per-sample is carried between passes and the objective and
     its derivatives appear once each in the compiled program; a rejected trial halves ``t``
     (backtracking, at most ``_MAX_HALVINGS`` times).  Once the Newton decrement meets the
-    tolerance, one more (polishing) step is taken and the loop ends after forming the
-    derivatives there: the quadratic convergence of that last step makes ``x`` accurate
-    enough for implicit differentiation, and the returned Cholesky factor belongs to the
-    returned point.  The polishing step is accepted unless it lowers the objective by more
-    than the tolerance (its gain is below rounding there); a worse one is dropped.
+    tolerance (``grad . step / 2 <= rtol (1 + |value|)``), one more (polishing) step is taken
+    and the loop ends after forming the derivatives there: the quadratic convergence of that
+    last step makes ``x`` accurate enough for implicit differentiation, and the returned
+    factor belongs to the returned point.  The polishing step is accepted unless it lowers
+    the objective by more than the tolerance (its gain is below rounding there); a worse one
+    is dropped.
 
     Returns:
-        (x, value, chol, n_iter, converged, status).
+        (x, value, factor, extra, n_iter, converged, status).
     """
     dtype = x0.dtype
 
     def accept_point(c, x, value, aux):
-        grad, prec = derivatives(x, aux)
-        L, ok = safe_cholesky(prec)
-        step = chol_solve(L, grad)
+        grad, prec, extra, inner_ok = derivatives(x, aux)
+        inner_ok = jnp.asarray(inner_ok, bool)
+        step, factor, ok = solve(prec, grad)
         decrement = grad @ step
         finished = _termination(decrement, value, rtol)
         capped = c.n_iter >= max_iter
-        finite = jnp.isfinite(value) & jnp.all(jnp.isfinite(grad))
+        finite = jnp.isfinite(value) & jnp.all(jnp.isfinite(grad)) & jnp.all(jnp.isfinite(prec))
         status = jnp.where(~finite, Status.NONFINITE,
                            jnp.where(~ok, Status.NOT_POSITIVE_DEFINITE,
-                                     jnp.where(c.pending | finished | ~capped, Status.SUCCESS,
-                                               Status.MAX_ITER)))
-        done = c.pending | ~finite | ~ok | capped
-        return c._replace(x=x, value=value, chol=L, step=step, decrement=decrement,
+                                     jnp.where(~inner_ok | ~(c.pending | finished | ~capped), Status.MAX_ITER,
+                                               Status.SUCCESS)))
+        done = c.pending | ~finite | ~ok | ~inner_ok | capped
+        return c._replace(x=x, value=value, factor=factor, extra=extra, step=step, decrement=decrement,
                           t=jnp.ones((), dtype), halvings=jnp.zeros((), jnp.int32),
                           pending=finished, first=jnp.zeros((), bool), done=done,
                           status=status.astype(jnp.int32))
@@ -174,7 +181,7 @@ def _newton(evaluate, derivatives, x0, rtol, max_iter):
 
     def body(c):
         x = c.x + c.t * c.step
-        value, aux = evaluate(x)
+        value, aux = evaluate(x, c.extra)
         # The polishing step's gain (half the decrement) is below the tolerance, where the
         # objective's rounding can hide it: it only has to stay within that tolerance.
         floor = jnp.where(c.pending, c.value - rtol * (1.0 + jnp.abs(c.value)),
@@ -186,13 +193,33 @@ def _newton(evaluate, derivatives, x0, rtol, max_iter):
 
     n = x0.shape[0]
     zero = jnp.zeros((), dtype)
+    factor0 = jax.eval_shape(lambda: solve(jnp.eye(n, dtype=dtype), x0)[1])
     init = _NewtonState(
-        x=x0, value=jnp.asarray(-jnp.inf, dtype), chol=jnp.eye(n, dtype=dtype), step=jnp.zeros_like(x0), decrement=zero, t=zero,
-        halvings=jnp.zeros((), jnp.int32), n_iter=jnp.zeros((), jnp.int32),
-        pending=jnp.zeros((), bool), first=jnp.ones((), bool), done=jnp.zeros((), bool),
-        status=jnp.asarray(Status.SUCCESS, jnp.int32))
+        x=x0, value=jnp.asarray(-jnp.inf, dtype), factor=jnp.zeros(factor0.shape, factor0.dtype), extra=extra0,
+        step=jnp.zeros_like(x0), decrement=zero, t=zero, halvings=jnp.zeros((), jnp.int32),
+        n_iter=jnp.zeros((), jnp.int32), pending=jnp.zeros((), bool), first=jnp.ones((), bool),
+        done=jnp.zeros((), bool), status=jnp.asarray(Status.SUCCESS, jnp.int32))
     c = jax.lax.while_loop(lambda c: ~c.done, body, init)
-    return c.x, c.value, c.chol, c.n_iter, c.status == Status.SUCCESS, c.status
+    return c.x, c.value, c.factor, c.extra, c.n_iter, c.status == Status.SUCCESS, c.status
+
+
+def _cholesky_step(prec, grad):
+    """Newton's step ``prec^{-1} grad`` through the Cholesky factor of ``prec``."""
+    L, ok = safe_cholesky(prec)
+    return chol_solve(L, grad), L, ok
+
+
+def _newton(evaluate, derivatives, x0, rtol, max_iter):
+    """:func:`newton_ascent` for a concave objective whose precision has a Cholesky factor:
+    ``evaluate(x) -> (value, aux)``, ``derivatives(x, aux) -> (grad, precision)``.
+
+    Returns:
+        (x, value, chol, n_iter, converged, status).
+    """
+    x, value, L, _, n_iter, converged, status = newton_ascent(
+        lambda x, _: evaluate(x), lambda x, aux: (*derivatives(x, aux), None, True), _cholesky_step,
+        x0, rtol, max_iter)
+    return x, value, L, n_iter, converged, status
 
 
 @partial(jax.jit, static_argnames=("link", "max_iter"))
@@ -465,82 +492,32 @@ def saddle_free_precision(hessian):
     return (V * jnp.maximum(jnp.abs(lam), floor)) @ V.T
 
 
-class _ExactState(NamedTuple):
-    eta: jax.Array  # last accepted point
-    value: jax.Array  # the objective there
-    hess: jax.Array  # its Hessian there
-    v: jax.Array  # the inner solve's result there (the next inner solve starts from it)
-    step: jax.Array  # Newton step from eta (saddle-free)
-    slope: jax.Array  # grad @ step
-    t: jax.Array  # length of the next trial step
-    halvings: jax.Array
-    n_iter: jax.Array
-    pending: jax.Array  # the decrement met the tolerance: the next trial is the polishing step
-    first: jax.Array
-    done: jax.Array
-    status: jax.Array
-
-
 def maximise_exact(objective, eta0, v0, rtol, max_iter):
     """Maximise ``objective(eta, v_start) -> (value, (v, inner_ok))`` by damped Newton steps.
 
-    Every pass evaluates the value, gradient and Hessian at one trial point (one trace of
-    the objective in the compiled program: a rejected trial, rare here, wastes its
-    derivatives); the direction is the saddle-free Newton direction
-    (:func:`saddle_free_precision`), the step is halved until Armijo's condition holds, and
-    after the Newton decrement meets ``rtol`` one polishing step is taken, as in
-    :func:`_newton`.  For small parameter vectors whose objective has no cheaper Hessian
-    (the mixed model's Laplace likelihood, the cumulative link model with nominal and scale
-    effects); ``v_start`` is an inner solve's warm start that the objective passes on.
+    :func:`newton_ascent` with the value, gradient and Hessian formed together at each trial
+    point (one trace of the objective in the compiled program: a rejected trial, rare here,
+    wastes its derivatives) and the saddle-free Newton direction
+    (:func:`saddle_free_precision`).  For small parameter vectors whose objective has no
+    cheaper Hessian (the mixed model's Laplace likelihood, the cumulative link model with
+    nominal and scale effects); ``v_start`` is an inner solve's warm start that the objective
+    passes on, from the last accepted point.
 
     Returns:
         (eta, value, hessian, v, n_iter, converged, status).
     """
     dtype = eta0.dtype
 
-    def derivatives(eta, v_start):
+    def evaluate(eta, v_start):
         def value_and_grad(e):
             (value, aux), grad = jax.value_and_grad(objective, has_aux=True)(e, v_start)
             return grad, (value, aux)
 
         grad, hvp, (value, (v, inner_ok)) = jax.linearize(value_and_grad, eta, has_aux=True)
         hess = jax.vmap(hvp)(jnp.eye(eta.shape[0], dtype=dtype))
-        return value, grad, 0.5 * (hess + hess.T), v, inner_ok
+        return value, (grad, 0.5 * (hess + hess.T), v, inner_ok)
 
-    def body(c):
-        trial = c.eta + c.t * c.step
-        value, grad, hess, v, inner_ok = derivatives(trial, c.v)
-        floor = jnp.where(c.pending, c.value - rtol * (1.0 + jnp.abs(c.value)),
-                          c.value + 1e-4 * c.t * c.slope)
-        accepted = c.first | (jnp.isfinite(value) & (value >= floor))
-        n_iter = c.n_iter + (accepted & ~c.first).astype(jnp.int32)
-        step = jnp.linalg.solve(saddle_free_precision(hess), grad)
-        slope = grad @ step
-        finished = 0.5 * slope <= rtol * (1.0 + jnp.abs(value))
-        finite = jnp.isfinite(value) & jnp.all(jnp.isfinite(grad)) & jnp.all(jnp.isfinite(hess))
-        capped = n_iter >= max_iter
-        status_ok = jnp.where(~finite, Status.NONFINITE,
-                              jnp.where(~inner_ok, Status.MAX_ITER,
-                                        jnp.where(c.pending | finished | ~capped, Status.SUCCESS,
-                                                  Status.MAX_ITER)))
-        accept = c._replace(eta=trial, value=value, hess=hess, v=v, step=step, slope=slope,
-                            t=jnp.ones((), dtype), halvings=jnp.zeros((), jnp.int32), n_iter=n_iter,
-                            pending=finished, first=jnp.zeros((), bool),
-                            done=c.pending | ~finite | ~inner_ok | capped,
-                            status=status_ok.astype(jnp.int32))
-        halvings = c.halvings + 1
-        failed = c.pending | (halvings > 40)
-        status_bad = jnp.where(failed, jnp.where(c.pending, Status.SUCCESS, Status.LINESEARCH_FAILED),
-                               c.status)
-        reject = c._replace(t=0.5 * c.t, halvings=halvings, done=failed,
-                            status=status_bad.astype(jnp.int32))
-        return jax.tree_util.tree_map(lambda a, b: jnp.where(accepted, a, b), accept, reject)
+    def saddle_free_step(hess, grad):
+        return jnp.linalg.solve(saddle_free_precision(hess), grad), hess, jnp.ones((), bool)
 
-    m = eta0.shape[0]
-    zero = jnp.zeros((), dtype)
-    init = _ExactState(eta=eta0, value=jnp.asarray(-jnp.inf, dtype), hess=jnp.zeros((m, m), dtype), v=v0,
-                  step=jnp.zeros_like(eta0), slope=zero, t=zero, halvings=jnp.zeros((), jnp.int32),
-                  n_iter=jnp.zeros((), jnp.int32), pending=jnp.zeros((), bool), first=jnp.ones((), bool),
-                  done=jnp.zeros((), bool), status=jnp.asarray(Status.SUCCESS, jnp.int32))
-    c = jax.lax.while_loop(lambda c: ~c.done, body, init)
-    return c.eta, c.value, c.hess, c.v, c.n_iter, c.status == Status.SUCCESS, c.status
+    return newton_ascent(evaluate, lambda eta, aux: aux, saddle_free_step, eta0, rtol, max_iter, extra0=v0)
