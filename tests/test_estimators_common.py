@@ -401,3 +401,23 @@ def test_a_damaged_model_file_is_one_value_error_naming_it(tmp_path):
     _rewrite(path, arrays={"state.coef_": np.zeros(3)})  # a 1-D weight of the wrong length
     with pytest.raises(ValueError, match="coef_ has shape"):
         load_model(path)
+
+
+# The estimators whose fit draws random numbers (orders, shuffles, landmarks, subsets).
+RANDOM_FITS = [NPSVOR(), CuSumRank(max_epochs=3), RedSVM(),
+               SwappedPairsSVM(kernel="rbf", kernel_approx="nystroem", n_components=20)]
+
+
+@pytest.mark.parametrize("est", RANDOM_FITS, ids=[type(e).__name__ for e in RANDOM_FITS])
+def test_random_state_has_one_meaning(est):
+    """None is the seed 0 and an int a seed, for every estimator: two fits with None agree
+    with each other and with random_state=0; a Generator is accepted; anything else is a
+    ValueError naming random_state.  (Before, None meant seed 0 for RED-SVM, a fresh seed for
+    the perceptrons and NumPy's global generator for NPSVOR and the swapped-pairs SVM.)"""
+    scores = [np.asarray(clone(est).set_params(random_state=rs).fit(X0, Y0).decision_function(X0))
+              for rs in (None, None, 0)]
+    np.testing.assert_array_equal(scores[0], scores[1])
+    np.testing.assert_array_equal(scores[0], scores[2])
+    clone(est).set_params(random_state=np.random.default_rng(1)).fit(X0, Y0)
+    with pytest.raises(ValueError, match="random_state"):
+        clone(est).set_params(random_state="zero").fit(X0, Y0)

@@ -39,7 +39,7 @@ from .._validation import (
 from ._formula import SavedCoding, coding_state, formula_rows
 
 __all__ = ["BAYES_ONE_CLASS_HINT", "OrdinalEstimator", "SavableMixin", "SnapshotSavableMixin", "binary_columns",
-           "class_from_proba", "fresh_fit", "internal_fits", "marginal_effects_table", "posterior_table",
+           "class_from_proba", "fit_key", "fit_rng", "fresh_fit", "internal_fits", "marginal_effects_table", "posterior_table",
            "read_model_file", "reset_fitted", "set_input_transform", "solver_tol", "threshold_names", "warn_if_one_class"]
 
 
@@ -358,6 +358,30 @@ def check_positive_ints(est, *names):
         val = getattr(est, name)
         if isinstance(val, bool) or not isinstance(val, numbers.Integral) or val < 1:
             raise ValueError(f"{name} must be a positive integer, got {val!r}")
+
+
+def fit_rng(random_state) -> np.random.RandomState:
+    """The one reading of an estimator's ``random_state`` for the randomness of its fit
+    (coordinate orders, shuffles, landmarks, subsets, folds).
+
+    An int is a seed and None is the seed 0, so a model fitted twice on the same data is the
+    same model, as its posterior draws are (:func:`draws_key`); a ``RandomState`` is drawn
+    from and a ``Generator`` seeds one, for a caller who wants fits to differ.
+    """
+    if isinstance(random_state, np.random.Generator):
+        return np.random.RandomState(int(random_state.integers(2**31 - 1)))
+    if isinstance(random_state, np.random.RandomState):
+        return random_state
+    if random_state is None:
+        return np.random.RandomState(0)
+    if isinstance(random_state, bool) or not isinstance(random_state, numbers.Integral):
+        raise ValueError(f"random_state must be None, an int, a RandomState or a Generator, got {random_state!r}")
+    return np.random.RandomState(int(random_state))
+
+
+def fit_key(rng: np.random.RandomState):
+    """A JAX key drawn from :func:`fit_rng`'s generator."""
+    return jax.random.PRNGKey(rng.randint(2**31 - 1))
 
 
 def draws_key(random_state):

@@ -10,7 +10,6 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpy as np
-from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
 from .. import diagnostics, metrics
@@ -37,6 +36,8 @@ from ._base import (
     check_level,
     check_positive_ints,
     draws_key,
+    fit_key,
+    fit_rng,
     fresh_fit,
     posterior_table,
     threshold_names,
@@ -173,8 +174,8 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         if self.kernel == "precomputed" and X.shape[1] != n:
             raise ValueError(f"a precomputed basis must be square (n, n) with column j centred on "
                              f"training row j; got shape {X.shape}")
-        rng = check_random_state(self.random_state)
-        key = jax.random.PRNGKey(rng.randint(2**31 - 1))
+        rng = fit_rng(self.random_state)
+        key = fit_key(rng)
         if self.kernel != "precomputed":
             # Standardised here in float64, so raw and already standardised columns reach
             # the float32 fit as the same numbers: the greedy selection would otherwise
@@ -534,7 +535,7 @@ class ISBOR(_SparseBayesOrdinal):
             does the same, and the two must agree when both are given).
         n_draws: posterior draws of (weights, thresholds) behind ``predict_proba_std`` and
             ``predict_proba_interval``.
-        random_state: seed for the initial one-per-class draw and the subsets; an int also
+        random_state: seed for the initial one-per-class draw and the subsets (None: 0); an int also
             seeds the posterior draws (else they use seed 0, so they repeat).
         verbose: report progress on stderr (0, the default: silent).  One updating line per
             fit (``ISBOR iter 37/500  log-evidence -1234.5  RVs 22``) and per width-selection

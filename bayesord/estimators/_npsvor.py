@@ -5,9 +5,7 @@ from __future__ import annotations
 import dataclasses
 import numbers
 
-import jax
 import numpy as np
-from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
 from .._npsvor import SOLVERS, NPSVORConfig, NPSVORResult, cv_npsvor, fit_npsvor, predict_npsvor
@@ -15,7 +13,7 @@ from .._progress import check_verbose, prefix
 from .._sparse import to_padded_rows
 from .._status import check_status
 from .._validation import float_dtype
-from ._base import OrdinalEstimator, SnapshotSavableMixin, check_positive_ints, fresh_fit
+from ._base import OrdinalEstimator, SnapshotSavableMixin, check_positive_ints, fit_key, fit_rng, fresh_fit
 from ._proba_layer import ProbaLayerMixin
 
 __all__ = ["NPSVOR"]
@@ -58,7 +56,8 @@ class NPSVOR(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
             on all rows; C1 and C2 must then be None.
         cv: number of folds for ``Cs``.
         classes: the labels in increasing order (needed for string labels).
-        random_state: seed or ``RandomState`` for the coordinate order and the folds.
+        random_state: seed for the coordinate order and the folds (None: 0; a ``RandomState``
+            or ``Generator`` is drawn from).
         verbose: report progress on stderr (0, the default: silent): one updating line
             per solve (``NPSVOR pass 12/1000  converged 37/60 problems``; the CV grid is
             one solve); the results do not change.
@@ -174,8 +173,8 @@ class NPSVOR(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
                               solver=self.solver, block_size=int(self.block_size),
                               shrinking=bool(self.shrinking), max_iter=int(self.max_iter),
                               progress=check_verbose(self.verbose), predictor=self.predictor)
-        rs = check_random_state(self.random_state)
-        key = jax.random.key(int(rs.randint(2**31 - 1)))
+        rs = fit_rng(self.random_state)
+        key = fit_key(rs)
         weights = None if np.all(sw == 1.0) else sw
         if Cs is not None:
             with prefix(f"{int(self.cv)}-fold"):

@@ -20,7 +20,7 @@ from .._basis import check_gamma, resolve_gamma
 from .._sparse import as_rows
 from .._status import check_status
 from .._validation import check_sample_weight, float_dtype
-from ._base import OrdinalEstimator, SnapshotSavableMixin, fresh_fit, same_order
+from ._base import OrdinalEstimator, SnapshotSavableMixin, fit_key, fit_rng, fresh_fit, same_order
 from ._proba_layer import ProbaLayerMixin
 
 __all__ = ["CuSumRank", "PRank"]
@@ -69,18 +69,7 @@ class _StructuredPerceptron(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstima
         return True
 
     def _key(self):
-        rs = self.random_state
-        if rs is None:
-            seed = np.random.SeedSequence().generate_state(1)[0]
-        elif isinstance(rs, numbers.Integral):
-            seed = int(rs)
-        elif isinstance(rs, np.random.RandomState):
-            seed = rs.randint(np.iinfo(np.int32).max)
-        elif isinstance(rs, np.random.Generator):
-            seed = int(rs.integers(np.iinfo(np.int32).max))
-        else:
-            raise ValueError(f"random_state must be None, an int or a NumPy random generator, got {rs!r}")
-        return jax.random.PRNGKey(seed)
+        return fit_key(fit_rng(self.random_state))
 
     # -- fitting ------------------------------------------------------------------------
 
@@ -227,7 +216,8 @@ class CuSumRank(_StructuredPerceptron):
             ConvergenceWarning is issued.
         classes: the labels in increasing order (needed for string labels; ``fit(classes=...)``
             does the same, and the two must agree when both are given).
-        random_state: seed for the epoch shuffles.
+        random_state: seed for the epoch shuffles (None: 0; a ``RandomState`` or
+            ``Generator`` is drawn from).
 
     Attributes:
         coef_: (n_classes, n_features) rank weight vectors (row 0 is the sentinel w_1 = 0);
@@ -332,7 +322,8 @@ class PRank(_StructuredPerceptron):
         stop_if_separated: stop after an epoch without updates.
         classes: the labels in increasing order (needed for string labels; ``fit(classes=...)``
             does the same, and the two must agree when both are given).
-        random_state: seed for the epoch shuffles.
+        random_state: seed for the epoch shuffles (None: 0; a ``RandomState`` or
+            ``Generator`` is drawn from).
 
     Attributes:
         coef_: (n_features,) the direction u.

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import numbers
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import scipy.sparse as sp
 from jax.experimental import sparse as jsparse
-from sklearn.utils import check_random_state
 
 from .._rankpairs import (
     RankPairsConfig,
@@ -24,7 +22,7 @@ from .._rankpairs import (
 from .._basis import check_gamma, resolve_gamma
 from .._status import check_status
 from .._validation import check_sample_weight, float_dtype
-from ._base import OrdinalEstimator, SnapshotSavableMixin, fresh_fit
+from ._base import OrdinalEstimator, SnapshotSavableMixin, fit_key, fit_rng, fresh_fit
 from ._proba_layer import ProbaLayerMixin
 
 __all__ = ["SwappedPairsSVM"]
@@ -66,7 +64,8 @@ class SwappedPairsSVM(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
         n_components: Nyström landmarks.
         exact_max_samples: row count above which ``"auto"`` switches to Nyström.
         classes: the labels in increasing order (needed for strings).
-        random_state: seed for the Herbrich pair sample and the Nyström landmarks.
+        random_state: seed for the Herbrich pair sample and the Nyström landmarks (None: 0; a
+            ``RandomState`` or ``Generator`` is drawn from).
 
     Attributes:
         classes_: the ranks in order.
@@ -152,7 +151,7 @@ class SwappedPairsSVM(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
         if sp.issparse(X) and self.kernel == "rbf":
             raise TypeError("kernel='rbf' needs a dense X; pass X.toarray() or use kernel='linear'")
         dtype = float_dtype()
-        rs = check_random_state(self.random_state)
+        rs = fit_rng(self.random_state)
         pair_args = {}
         if self.pairs == "herbrich":
             pairs, pw = sample_pairs(codes, self.n_partners, np.random.default_rng(rs.randint(2**31)), sw)
@@ -171,7 +170,7 @@ class SwappedPairsSVM(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
             res = fit_rankpairs_kernel(Xj, *args, self.C, resolve_gamma(self.gamma, X), self.epsilon, config,
                                        **pair_args)
         else:
-            key = jax.random.PRNGKey(rs.randint(2**31))
+            key = fit_key(rs)
             res = fit_rankpairs_nystroem(Xj, *args, self.C, resolve_gamma(self.gamma, X), self.epsilon, key,
                                          config, **pair_args)
         check_status(res.status, "SwappedPairsSVM")

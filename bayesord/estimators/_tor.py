@@ -30,7 +30,7 @@ from .._sparse import as_rows
 from .._status import check_status, warn_user
 from .._tor import TORConfig, fit_tor
 from .._validation import check_X, float_dtype
-from ._base import OrdinalEstimator, SnapshotSavableMixin, fresh_fit
+from ._base import OrdinalEstimator, SnapshotSavableMixin, fit_key, fit_rng, fresh_fit
 from ._proba_layer import ProbaLayerMixin
 
 __all__ = ["RedSVM", "TransductiveOrdinalRegression"]
@@ -62,14 +62,7 @@ class _RedSVMBase(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
             raise ValueError(f"max_iter must be a positive integer, got {self.max_iter!r}")
 
     def _key(self):
-        rs = self.random_state
-        if isinstance(rs, np.random.Generator):
-            seed = int(rs.integers(2**31 - 1))
-        elif rs is None:
-            seed = 0
-        else:
-            seed = int(np.random.RandomState(rs).randint(2**31 - 1))
-        return jax.random.PRNGKey(seed)
+        return fit_key(fit_rng(self.random_state))
 
     def _features_fit(self, X, key):
         """Representation used by the solver; builds the kernel map on ``X`` when needed."""
@@ -134,7 +127,8 @@ class RedSVM(_RedSVMBase):
             solve, and 1,000 stopped it short; a converging solve stops at its tolerance).
         classes: the labels in increasing order (needed for string labels; ``fit(classes=...)``
             does the same, and the two must agree when both are given).
-        random_state: seed for the coordinate order and landmark choice.
+        random_state: seed for the coordinate order and landmark choice (None: 0; a
+            ``RandomState`` or ``Generator`` is drawn from).
 
     Attributes:
         classes_: the ordered labels.
@@ -204,7 +198,8 @@ class TransductiveOrdinalRegression(_RedSVMBase):
         max_iter: epoch cap per retraining.
         classes: the labels in increasing order (needed for string labels; ``fit(classes=...)``
             does the same, and the two must agree when both are given).
-        random_state: seed for the coordinate order and landmark choice.
+        random_state: seed for the coordinate order and landmark choice (None: 0; a
+            ``RandomState`` or ``Generator`` is drawn from).
         c2_init: first C2 of the annealing (1e-5 in the paper); must be in (0, C).
         c2_growth: factor applied to C2 after each stage (2 in the paper); must exceed 1.
         max_retrains: cap on retrainings (the objective trace's capacity).
