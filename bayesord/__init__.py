@@ -165,7 +165,6 @@ if TYPE_CHECKING:
     from ._tor import TORConfig, TORResult, fit_tor, predict_tor
     from ._validation import ColumnScaleWarning
     from .diagnostics import to_inference_data
-    from .io import load_result, save_result
     from .estimators import (
         ISBOR,
         NPSVOR,
@@ -180,3 +179,4 @@ if TYPE_CHECKING:
         TransductiveOrdinalRegression,
         load_model,
     )
+    from .io import load_result, save_result

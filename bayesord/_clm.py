@@ -69,6 +69,7 @@ from ._links import check_link
 from ._results import mode_labels, result_type
 from ._status import Status
 from ._thresholds import initial_thresholds, thresholds_from_params
+from ._validation import floating_dtype
 
 __all__ = [
     "ThresholdCrossingWarning",
@@ -384,7 +385,7 @@ def fit_clm(A, y, weights, rtol, columns: CLMColumns, *, config: CLMConfig) -> C
         (True, (1,))
     """
     A = jnp.asarray(A)
-    dtype = A.dtype if jnp.issubdtype(A.dtype, jnp.floating) else jnp.result_type(float)
+    dtype = floating_dtype(A.dtype)
     A = A.astype(dtype)
     y = jnp.asarray(y, jnp.int32)
     weights = jnp.asarray(weights, dtype)

@@ -75,13 +75,16 @@ from jax.scipy.linalg import solve_triangular
 
 from ._basis import candidate_columns, candidate_rows, check_kernel, kernel_matrix
 from ._columns import center_and_scale
-from ._laplace import joint_draws, joint_posterior, laplace_at, laplace_log_evidence, newton_map
-from ._likelihood import (
-    log_class_probs,
-    log_predictive_probs,
-    ordinal_loglik,
-    ordinal_terms,
+from ._laplace import (
+    grad_log_post_w,
+    implicit_vjp,
+    joint_draws,
+    joint_posterior,
+    laplace_at,
+    laplace_log_evidence,
+    newton_map,
 )
+from ._likelihood import log_class_probs, log_predictive_probs, ordinal_terms
 from ._linalg import chol_inverse, chol_solve
 from ._links import check_link
 from ._mesh import partitioned
@@ -288,10 +291,6 @@ def _from_eta(eta):
     return thresholds_from_params(eta[:-1]), jnp.exp(eta[-1])
 
 
-def _log_post(w, Phi, weights, b, sigma, alpha, y, link):
-    return ordinal_loglik(Phi @ w, y, b, sigma, link, weights) - 0.5 * jnp.sum(alpha * w * w)
-
-
 def _evidence_at(w, eta, Phi, y, weights, alpha, link):
     b, sigma = _from_eta(eta)
     log_post, _, L, _ = laplace_at(w, Phi, y, weights, b, sigma, alpha, link)
@@ -307,10 +306,8 @@ def evidence_grad(w, chol, eta, Phi, y, weights, alpha, link="probit"):
     differentiation of a loop; ``E`` includes the log-determinant's dependence on ``H``.
     """
     e_w, e_eta = jax.grad(_evidence_at, argnums=(0, 1))(w, eta, Phi, y, weights, alpha, link)
-    v = chol_solve(chol, e_w)
-    grad_w = lambda e: jax.grad(_log_post)(w, Phi, weights, *_from_eta(e), alpha, y, link)
-    _, vjp = jax.vjp(grad_w, eta)
-    return e_eta + vjp(v)[0]
+    grad_w = lambda e: grad_log_post_w(w, Phi, weights, *_from_eta(e), alpha, y, link)  # noqa: E731
+    return e_eta + implicit_vjp(chol, e_w, grad_w, eta)[0]
 
 
 def _hyper_step(Phi, y, weights, alpha, b, sigma, fit: _Fit, lr, rtol, cfg):

@@ -64,6 +64,7 @@ from ._loops import jit_serial_cpu
 from ._results import Prediction, check_settings, result_type
 from ._sparse import PaddedRows, row_axpy, row_dot, row_dots, row_sq_norms
 from ._status import Status
+from ._validation import floating_dtype
 
 __all__ = [
     "PerceptronConfig",
@@ -434,7 +435,7 @@ def fit_perceptron(X, y, config: PerceptronConfig, *, sample_weight=None, key=No
     if config.kernel != "linear":
         raise ValueError(f"fit_perceptron is the primal (linear) model; use fit_kernel_perceptron "
                          f"for kernel={config.kernel!r}")
-    dtype = X.dtype if jnp.issubdtype(X.dtype, jnp.floating) else jnp.result_type(float)
+    dtype = floating_dtype(X.dtype)
     if isinstance(X, PaddedRows):
         X = X._replace(indices=jnp.asarray(X.indices, jnp.int32), values=jnp.asarray(X.values, dtype),
                        sq_norms=jnp.asarray(X.sq_norms, dtype))
@@ -501,8 +502,7 @@ def fit_kernel_perceptron(X, y, config: PerceptronConfig, *, sample_weight=None,
         :class:`KernelPerceptronResult`.
     """
     X = jnp.asarray(X)
-    if not jnp.issubdtype(X.dtype, jnp.floating):
-        X = X.astype(jnp.result_type(float))
+    X = X.astype(floating_dtype(X.dtype))
     dtype = X.dtype
     n = X.shape[0]
     q = config.n_classes if config.model == "cusum" else 1

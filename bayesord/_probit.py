@@ -85,6 +85,7 @@ from ._thresholds import (
     thresholds_from_params,
     thresholds_jacobian,
 )
+from ._validation import floating_dtype
 
 __all__ = [
     "ProbitConfig",
@@ -329,7 +330,7 @@ def fit_probit(X, y, weights, alpha, rtol, *, config: ProbitConfig, n_classes: i
         True
     """
     X = jnp.asarray(X)
-    dtype = X.dtype if jnp.issubdtype(X.dtype, jnp.floating) else jnp.result_type(float)
+    dtype = floating_dtype(X.dtype)
     weights = jnp.asarray(weights, dtype)
     X = X.astype(dtype)
     center, scale = center_and_scale(X, weights)

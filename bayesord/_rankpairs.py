@@ -74,6 +74,7 @@ from jax.experimental import sparse as jsparse
 from ._basis import kernel_matrix
 from ._results import Prediction, result_type
 from ._status import Status
+from ._validation import floating_dtype
 
 __all__ = [
     "RankPairsConfig",
@@ -659,11 +660,6 @@ def _result(config, c, end, coef, basis, gamma, codes, weights, n_status=None):
     )
 
 
-def _float_dtype(X):
-    dt = jnp.result_type(X.dtype, jnp.float32)
-    return dt if jnp.issubdtype(dt, jnp.floating) else jnp.float32
-
-
 @partial(jax.jit, static_argnames="config")
 def fit_rankpairs_linear(X, codes, weights, C, eps, config: RankPairsConfig, pairs=None, pair_weights=None):
     """Linear swapped-pairs SVM (Eq. 9, Algorithm 1 with Algorithm 2's search).
@@ -690,7 +686,7 @@ def fit_rankpairs_linear(X, codes, weights, C, eps, config: RankPairsConfig, pai
         >>> bool(res.coef[0] > 0)
         True
     """
-    dtype = _float_dtype(X)
+    dtype = floating_dtype(X.dtype)
     n = X.shape[0]
     oracle = _oracle(codes, weights, config, pairs, pair_weights, dtype)
     c, end = _cutting_plane(oracle, _linear_ops(X, config.capacity, dtype), n, C, eps, config, dtype)
@@ -714,7 +710,7 @@ def fit_rankpairs_kernel(X, codes, weights, C, gamma, eps, config: RankPairsConf
     Returns:
         :class:`RankPairsResult` with ``coef`` = Σ_k α_k β_k over ``basis`` = X.
     """
-    dtype = _float_dtype(X)
+    dtype = floating_dtype(X.dtype)
     X = X.astype(dtype)
     gamma = jnp.asarray(gamma, dtype)
     res = _fit_gram(rbf_kernel(X, X, gamma), codes, weights, C, eps, config, pairs, pair_weights)
@@ -733,7 +729,7 @@ def fit_rankpairs_gram(K, codes, weights, C, eps, config: RankPairsConfig, pairs
 
 
 def _fit_gram(K, codes, weights, C, eps, config, pairs, pair_weights):
-    dtype = _float_dtype(K)
+    dtype = floating_dtype(K.dtype)
     K = K.astype(dtype)
     oracle = _oracle(codes, weights, config, pairs, pair_weights, dtype)
     c, end = _cutting_plane(oracle, _kernel_ops(K, config.capacity, dtype), K.shape[0], C, eps, config, dtype)
@@ -751,7 +747,7 @@ def fit_rankpairs_nystroem(X, codes, weights, C, gamma, eps, key, config: RankPa
     f(x) = k(x, landmarks) · coef.  Memory O(n m), O(n m) per iteration.
     A failed Cholesky gives ``Status.NOT_POSITIVE_DEFINITE``.
     """
-    dtype = _float_dtype(X)
+    dtype = floating_dtype(X.dtype)
     X = X.astype(dtype)
     m = config.n_components
     if not 0 < m <= X.shape[0]:

@@ -24,6 +24,8 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.sparse as sp
 
+from ._validation import floating_dtype
+
 __all__ = [
     "PaddedRows",
     "Rows",
@@ -90,7 +92,7 @@ def _value_dtype(X, data_dtype, dtype):
     if not np.issubdtype(dt, np.floating):
         if dtype is not None:
             raise TypeError(f"dtype must be a floating dtype, got {dt}")
-        dt = np.dtype(jnp.result_type(float))  # integer or boolean data
+        dt = floating_dtype(dt)  # integer or boolean data
     return np.dtype(jax.dtypes.canonicalize_dtype(dt))  # float64 becomes float32 without x64
 
 

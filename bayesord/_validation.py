@@ -46,6 +46,14 @@ def float_dtype():
     return np.float64 if jax.config.read("jax_enable_x64") else np.float32
 
 
+def floating_dtype(dtype):
+    """The dtype a fit computes in for inputs of ``dtype``: ``dtype`` itself when it is a
+    floating type, else the default float (:func:`float_dtype`)."""
+    import jax.numpy as jnp
+
+    return dtype if jnp.issubdtype(dtype, jnp.floating) else np.dtype(float_dtype())
+
+
 def _feature_names(X) -> np.ndarray | None:
     cols = getattr(X, "columns", None)
     if cols is None:
