@@ -1,6 +1,7 @@
 """Behaviour every estimator shares: a refit starts afresh, a failed fit leaves nothing, and
 warnings point at the caller's line."""
 
+import json
 import warnings
 
 import jax
@@ -21,6 +22,7 @@ from bayesord import (
     RedSVM,
     OneClassWarning,
     OrdinalMixed,
+    Status,
     SwappedPairsSVM,
     TransductiveOrdinalRegression,
     load_model,
@@ -273,8 +275,17 @@ def test_a_loaded_perceptron_goes_on_learning_from_the_stream(tmp_path):
 def test_a_model_file_is_read_only_by_its_class_and_never_by_pickle(tmp_path):
     est = RedSVM().fit(X0, Y0)
     est.save(tmp_path / "m.npz")
-    with pytest.raises(ValueError, match="bayesord.RedSVM/1"):
+    with pytest.raises(ValueError, match="bayesord.RedSVM/2"):
         CuSumRank.load(tmp_path / "m.npz")
+    # A file of the same class written by another version says so.
+    with np.load(tmp_path / "m.npz") as data:
+        arrays = dict(data)
+    meta = json.loads(bytes(arrays["meta"]).decode())
+    meta["format"] = "bayesord.RedSVM/1"
+    arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    np.savez(tmp_path / "old.npz", **arrays)
+    with pytest.raises(ValueError, match="another version of bayesord.*fit the model again"):
+        RedSVM.load(tmp_path / "old.npz")
     est.extra_ = object()
     with pytest.raises(TypeError, match="extra_"):
         est.save(tmp_path / "other.npz")
@@ -421,3 +432,20 @@ def test_random_state_has_one_meaning(est):
     clone(est).set_params(random_state=np.random.default_rng(1)).fit(X0, Y0)
     with pytest.raises(ValueError, match="random_state"):
         clone(est).set_params(random_state="zero").fit(X0, Y0)
+
+
+@pytest.mark.parametrize("est", [clone(e) for e, _ in CASES if type(e) is not SBOR],
+                         ids=[type(e).__name__ for e, _ in CASES if type(e) is not SBOR])
+def test_every_estimator_reports_status_and_keeps_its_result(est):
+    """``status_`` (and ``noise_``, where the model has a noise scale) come from the one
+    estimator base, read from the functional result every estimator keeps as ``result_``."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # TOR without unlabeled rows, iteration caps
+        est.fit(X0, Y0)
+    status = np.asarray(est.status_)
+    assert np.array_equal(status, np.asarray(est.result_.status))
+    assert status.dtype.kind == "i" and set(np.ravel(status)) <= {int(s) for s in Status}
+    has_noise = hasattr(est.result_, "sigma")
+    assert hasattr(est, "noise_") == has_noise
+    if has_noise:
+        assert est.noise_ == float(np.asarray(est.result_.sigma)) > 0

@@ -26,7 +26,7 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
 from .._results import decode_state, encode_state, state_types
-from .._status import OneClassWarning, warn_user
+from .._status import OneClassWarning, Status, warn_user
 from .._validation import (
     ColumnScaleWarning,
     check_sample_weight,
@@ -69,6 +69,23 @@ class OrdinalEstimator(BaseEstimator):
     """
 
     _accept_sparse = False
+
+    @property
+    def status_(self):
+        """The fit's :class:`bayesord.Status` code, read from the functional result
+        ``result_`` every estimator keeps (an array for a fit of several problems, such as
+        NPSVOR's one per rank)."""
+        status = np.asarray(self.result_.status)
+        return Status(int(status)) if status.ndim == 0 else status
+
+    @property
+    def noise_(self):
+        """The latent noise scale sigma, for the models that have one (``result_.sigma``)."""
+        sigma = getattr(self.result_, "sigma", None)
+        if sigma is None:
+            raise AttributeError(f"{type(self).__name__} has no latent noise scale")
+        return float(np.asarray(sigma))
+
     # Why every declared class needs a training row (the end of the error message otherwise).
     _why_every_class = "every declared class needs at least one sample to place its thresholds"
     # Whether the fit depends on the columns' offsets (the model does not centre them) and
@@ -773,6 +790,10 @@ def read_model_file(path, formats):
         raise ValueError(f"{path} is an .npz archive but not a model saved by bayesord (no 'meta' entry)")
     fmt = meta.get("format") if isinstance(meta, dict) else None
     if fmt not in formats:
+        same = [f for f in formats if isinstance(fmt, str) and f.split("/")[0] == fmt.split("/")[0]]
+        if same:
+            raise ValueError(f"{path} holds format {fmt!r}, written by another version of bayesord; this "
+                             f"version reads {same[0]!r}: fit the model again and save it")
         raise ValueError(f"{path} holds format {fmt!r}; expected one of {sorted(formats)}")
     try:
         return _restore_model(formats[fmt], arrays, meta, path)

@@ -354,7 +354,6 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         self.actions_ = [Action(int(a)).name.lower() for a in np.asarray(res.action_trace)[:n_it]]
         self.n_iter_ = n_it
         self.converged_ = bool(res.converged)
-        self.status_ = int(res.status)
         self.n_pruned_ = int(res.n_pruned)
 
     def summary(self, level=0.95):

@@ -87,7 +87,7 @@ class NPSVOR(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
         (3,)
     """
 
-    _format = "bayesord.NPSVOR/1"
+    _format = "bayesord.NPSVOR/2"
     _state_types = (NPSVORResult,)
     _accept_sparse = True
     _offset_sensitive = True

@@ -160,7 +160,7 @@ class _StructuredPerceptron(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstima
         return self
 
     def _store(self, res, hyper):
-        self._result_ = res
+        self.result_ = res
         self._hyper_ = hyper
         self.n_iter_ = int(res.n_iter)
         self.converged_ = bool(res.converged)
@@ -183,8 +183,8 @@ class _StructuredPerceptron(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstima
         check_is_fitted(self, "n_iter_")
         X = self._validate_predict(X)
         dtype = float_dtype()
-        kernel = isinstance(self._result_, core.KernelPerceptronResult)
-        return core.predict_perceptron(self._result_, np.asarray(X, dtype) if kernel else as_rows(X, dtype))
+        kernel = isinstance(self.result_, core.KernelPerceptronResult)
+        return core.predict_perceptron(self.result_, np.asarray(X, dtype) if kernel else as_rows(X, dtype))
 
     def predict(self, X):
         """Labels by the CuSum argmax (Eq. 8; ties to the higher rank)."""
@@ -241,7 +241,7 @@ class CuSumRank(_StructuredPerceptron):
         array([1, 2, 2, 3])
     """
 
-    _format = "bayesord.CuSumRank/1"
+    _format = "bayesord.CuSumRank/2"
 
     def __init__(self, algorithm="perceptron", averaged=True, margin=0.0, delta=1.0,
                  kernel="linear", gamma="scale", degree=3, coef0=1.0, fit_intercept=True,
@@ -339,7 +339,7 @@ class PRank(_StructuredPerceptron):
         array(['lo', 'mid', 'mid', 'hi'], dtype='<U3')
     """
 
-    _format = "bayesord.PRank/1"
+    _format = "bayesord.PRank/2"
     _model = "prank"
 
     def __init__(self, averaged=True, margin=0.0, max_epochs=10, shuffle=True,

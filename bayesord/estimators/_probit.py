@@ -222,7 +222,6 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         self.thresholds_ = np.asarray(thresholds)
         self.thresholds_cov_ = np.asarray(thresholds_cov)
         self.latent_thresholds_ = np.asarray(res.thresholds)
-        self.noise_ = float(res.sigma)
         self.alpha_ = res.alpha
 
     # --------------------------------------------------------------- prediction

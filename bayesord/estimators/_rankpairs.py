@@ -84,7 +84,7 @@ class SwappedPairsSVM(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
         True
     """
 
-    _format = "bayesord.SwappedPairsSVM/1"
+    _format = "bayesord.SwappedPairsSVM/2"
     _state_types = (RankPairsResult,)
     _accept_sparse = True
     _threshold_scores = True  # calibrate(score="distance")
@@ -183,7 +183,6 @@ class SwappedPairsSVM(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
         self.thresholds_ = np.asarray(res.thresholds)
         self.n_iter_ = int(res.n_iter)
         self.converged_ = bool(res.converged)
-        self.status_ = int(res.status)
         self.working_set_size_ = int(res.working_set_size)
         return self
 

@@ -19,6 +19,7 @@ from .._redsvm import (
     LOSSES,
     KernelMap,
     RedSVMConfig,
+    RedSVMResult,
     fit_kernel_map,
     fit_redsvm,
     threshold_prediction,
@@ -28,7 +29,7 @@ from .._basis import check_gamma, resolve_gamma
 from .._progress import check_verbose
 from .._sparse import as_rows
 from .._status import check_status, warn_user
-from .._tor import TORConfig, fit_tor
+from .._tor import TORConfig, TORResult, fit_tor
 from .._validation import check_X, float_dtype
 from ._base import OrdinalEstimator, SnapshotSavableMixin, fit_key, fit_rng, fresh_fit
 from ._proba_layer import ProbaLayerMixin
@@ -45,7 +46,7 @@ class _RedSVMBase(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
     _accept_sparse = True
     _offset_sensitive = True
     _threshold_scores = True  # calibrate(score="distance")
-    _state_types = (KernelMap,)
+    _state_types = (KernelMap, RedSVMResult, TORResult)
 
     def _check_params(self):
         _check_positive(self.C, "C")
@@ -143,7 +144,7 @@ class RedSVM(_RedSVMBase):
         kernel_map_: the Nystrom feature map (kernels only).
     """
 
-    _format = "bayesord.RedSVM/1"
+    _format = "bayesord.RedSVM/2"
 
     # Exact sample weights (a weight multiplies the row's C): a weighted refit is a draw.
     _bootstrap_params = ("coef_", "thresholds_")
@@ -172,6 +173,7 @@ class RedSVM(_RedSVMBase):
         config = RedSVMConfig(len(self.classes_), self.loss, bool(self.fit_intercept), int(self.max_iter))
         res = fit_redsvm(Z, codes, self.C * sw, config, tol=self.tol, key=k_fit)
         check_status(res.status, "RedSVM")
+        self.result_ = res
         self._set_model(res.w, res.theta, res.b)
         self.objective_ = float(res.objective)
         self.n_iter_ = int(res.n_iter)
@@ -230,7 +232,7 @@ class TransductiveOrdinalRegression(_RedSVMBase):
             converged.
     """
 
-    _format = "bayesord.TransductiveOrdinalRegression/1"
+    _format = "bayesord.TransductiveOrdinalRegression/2"
     _no_bootstrap = ("its fit labels the unlabeled rows it was given, so a refit on the labeled rows "
                      "alone is not a draw of it")
     _why_every_class = ("the labeled rows must show every declared class: TOR's pseudo-label "
@@ -360,6 +362,7 @@ class TransductiveOrdinalRegression(_RedSVMBase):
         if n_unl == 0:
             res = fit_redsvm(Z, codes, self.C * sw, config.redsvm, tol=self.tol, key=k_fit)
             check_status(res.status, "TransductiveOrdinalRegression")
+            self.result_ = res
             self._set_model(res.w, res.theta, res.b)
             self.transduction_ = self._decode(np.zeros(0, np.int32))
             self.init_transduction_ = self.transduction_
@@ -376,6 +379,7 @@ class TransductiveOrdinalRegression(_RedSVMBase):
                       c2_growth=self.c2_growth, weight=weight, tol=self.tol, key=k_fit,
                       class_ratios=ratios)
         check_status(res.status, "TransductiveOrdinalRegression")
+        self.result_ = res
         self._set_model(res.w, res.theta, res.b)
         labels = np.asarray(res.labels)
         self.transduction_ = self._decode(labels[n_lab:])
