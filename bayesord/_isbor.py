@@ -226,6 +226,10 @@ class ISBORResult:
     scale: jax.Array
     """Column standard deviations the inputs were divided by, (d,) (ones if precomputed)."""
 
+    # The names every family's result shares (the paper's w and b stay the fields).
+    coef = property(lambda self: self.w, doc="The weights ``w`` (M,), under the shared name.")
+    thresholds = property(lambda self: self.b, doc="The thresholds ``b`` (K-1,), under the shared name.")
+
 
 class ISBORPrediction(NamedTuple):
     """Predictive outputs for new points (Laplace posterior pushed through the probit)."""

@@ -251,6 +251,11 @@ class RedSVMResult:
     status: jax.Array
     """:class:`bayesord._status.Status` code."""
 
+    # The names every family's result shares (the paper's w, theta and b stay the fields).
+    coef = property(lambda self: self.w, doc="The weights ``w`` (d,), under the shared name.")
+    thresholds = property(lambda self: self.theta + self.b,
+                          doc="The effective thresholds ``theta + b`` (K-1,) the score is cut at.")
+
 
 def _w_theta(X, alpha, s):
     coef = jnp.sum(alpha * s, axis=1)

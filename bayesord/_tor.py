@@ -137,6 +137,11 @@ class TORResult:
     status: jax.Array
     """:class:`bayesord._status.Status` code."""
 
+    # The names every family's result shares (the paper's w, theta and b stay the fields).
+    coef = property(lambda self: self.w, doc="The final model's weights ``w`` (d,).")
+    thresholds = property(lambda self: self.theta + self.b,
+                          doc="The final model's effective thresholds ``theta + b`` (K-1,).")
+
 
 def init_pseudo_labels(h, unlabeled, codes, n_classes: int, ratio=None):
     """Algorithm 2 lines 4 and 6-11: class-ratio labels for the unlabeled rows sorted by ``h``.

@@ -221,3 +221,22 @@ def test_estimators_predict_through_the_family_functions(tmp_path):
     np.testing.assert_array_equal(np.asarray(bayesord.predict_npsvor(loaded.result_, rows).labels),
                                   np.searchsorted(est.classes_, est.predict(XT)))
     np.testing.assert_array_equal(loaded.dual_coef_, est.dual_coef_)
+
+
+def test_every_result_names_its_iterations_status_coefficients_and_thresholds_alike():
+    """``n_iter``, ``converged``, ``status`` and ``coef`` on every family's result, and
+    ``thresholds`` wherever the model has thresholds (ISBOR's are its ``b``, RED-SVM's and
+    TOR's the effective ``theta + b``)."""
+    results = {name: make()[0] for name, make in {**MARGIN, **BAYES}.items()}
+    for name, res in results.items():
+        for field in ("n_iter", "converged", "status"):
+            assert field in res._fields, (name, field)
+        if name != "kernel_perceptron":  # its coefficients are dual (dual_coef)
+            assert np.asarray(res.coef).ndim >= 1, name
+        if name != "npsvor":  # p hyperplanes, no thresholds
+            # K - 1 = 2 cut-points; the perceptrons keep r = 3, the first the sentinel b_1 = 0.
+            expected = 3 if "perceptron" in name else 2
+            assert np.asarray(res.thresholds).shape[-1] == expected, name
+    np.testing.assert_array_equal(results["isbor"].thresholds, results["isbor"].b)
+    red = results["redsvm"]
+    np.testing.assert_allclose(red.thresholds, np.asarray(red.theta) + float(red.b))
