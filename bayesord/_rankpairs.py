@@ -50,7 +50,8 @@ convex combination weighted by the dual solution (:func:`_aggregate`), which kee
 current solution and frees the other slots: the working set never stops the run, and
 its capacity bounds the cost of each QP.
 
-Variants: linear (dense array or ``jax.experimental.sparse.BCOO``), exact Gaussian kernel
+Variants: linear (dense array or :class:`~bayesord._sparse.PaddedRows`, the sparse row layout
+the other linear models share), exact Gaussian kernel
 (the n × n Gram matrix, for moderate n), and a Nyström low-rank Gaussian kernel (m
 landmarks, features Z = K_nm L⁻ᵀ with K_mm = L Lᵀ, then the linear solver: memory
 O(n m), time per iteration O(n m) instead of O(n²)).  Passing an explicit pair list
@@ -69,10 +70,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.experimental import sparse as jsparse
 
 from ._basis import kernel_matrix
 from ._results import Prediction, result_type
+from ._sparse import PaddedRows, rmatvec, row_dots
 from ._status import Status
 from ._validation import floating_dtype
 
@@ -471,12 +472,12 @@ def _linear_ops(X, capacity, dtype):
         return jnp.zeros((capacity, d), dtype)
 
     def add(G, slot, beta):
-        g = (X.T @ beta).astype(dtype)
+        g = rmatvec(X, beta).astype(dtype)
         h = (G @ g).at[slot].set(g @ g)
         return G.at[slot].set(g), h
 
     def scores(G, alpha):
-        return (X @ (G.T @ alpha)).astype(dtype)
+        return row_dots(X, G.T @ alpha).astype(dtype)
 
     return _Ops(init_store, add, scores)
 
@@ -665,7 +666,8 @@ def fit_rankpairs_linear(X, codes, weights, C, eps, config: RankPairsConfig, pai
     """Linear swapped-pairs SVM (Eq. 9, Algorithm 1 with Algorithm 2's search).
 
     Args:
-        X: features (n, d), a dense array or a ``jax.experimental.sparse.BCOO`` matrix.
+        X: features (n, d), a dense array or :class:`~bayesord._sparse.PaddedRows` (from
+            :func:`~bayesord._sparse.to_padded_rows`).
         codes: ranks 0..r-1 (n,), r = ``config.n_ranks``.
         weights: sample weights (n,); pair (i, j) weighs s_i s_j.  Zero weights mask rows
             out (how cross-validation folds are vmapped).
@@ -774,11 +776,11 @@ def decision_rankpairs(result: RankPairsResult, X, block_size: int = 4096):
 
     Args:
         result: a fitted :class:`RankPairsResult`.
-        X: (n, d) dense array (or BCOO for the linear model).
+        X: (n, d) dense array (or padded rows for the linear model).
         block_size: rows per kernel block (memory O(block_size · |basis|)).
     """
     if result.basis is None:
-        return X @ result.coef
+        return row_dots(X, result.coef)
     X = jnp.asarray(X, result.coef.dtype)
     n = X.shape[0]
     if n <= block_size:
@@ -794,7 +796,7 @@ def predict_rankpairs(result: RankPairsResult, X) -> Prediction:
 
     Args:
         result: a fitted :class:`RankPairsResult` (any of the ``fit_rankpairs_*``).
-        X: (n, d) rows (dense, or BCOO for the linear model); for
+        X: (n, d) rows (dense, or padded rows for the linear model); for
             :func:`fit_rankpairs_gram`, the kernel rows k(x, X_train), shape (n, n_train).
 
     Returns:
@@ -804,7 +806,7 @@ def predict_rankpairs(result: RankPairsResult, X) -> Prediction:
     width = result.coef.shape[0] if result.basis is None else result.basis.shape[1]
     if X.shape[1] != width:
         raise ValueError(f"X has {X.shape[1]} columns but the fit expects {width}")
-    if not isinstance(X, jsparse.BCOO):
+    if not isinstance(X, PaddedRows):
         X = jnp.asarray(X, result.coef.dtype)
     scores = decision_rankpairs(result, X)
     labels = jnp.searchsorted(result.thresholds, scores, side="right").astype(jnp.int32)

@@ -14,6 +14,7 @@ from bayesord._rankpairs import (
     fit_rankpairs_linear,
     fit_rankpairs_nystroem,
     most_violated,
+    predict_rankpairs,
     rbf_kernel,
     sample_pairs,
     solve_simplex_qp,
@@ -292,14 +293,17 @@ def test_vmap_over_C_equals_loop():
 
 def test_sparse_equals_dense():
     import scipy.sparse as sp
-    from jax.experimental import sparse as jsparse
+
+    from bayesord._sparse import to_padded_rows
 
     rng = np.random.default_rng(13)
     Xs = sp.random(N_SHARED, D_SHARED, density=0.4, format="csr", random_state=1)
     codes = jnp.asarray(rng.integers(0, R_SHARED, N_SHARED))
     a = fit_rankpairs_linear(jnp.asarray(Xs.toarray()), codes, jnp.ones(N_SHARED), 1.0, 1e-4, CFG)
-    b = fit_rankpairs_linear(jsparse.BCOO.from_scipy_sparse(Xs), codes, jnp.ones(N_SHARED), 1.0, 1e-4, CFG)
+    rows = to_padded_rows(Xs)
+    b = fit_rankpairs_linear(rows, codes, jnp.ones(N_SHARED), 1.0, 1e-4, CFG)
     np.testing.assert_allclose(a.coef, b.coef, atol=1e-10)
+    np.testing.assert_allclose(predict_rankpairs(b, rows).scores, Xs.toarray() @ np.asarray(b.coef), atol=1e-10)
 
 
 def test_nystroem_with_all_landmarks_equals_exact():

@@ -7,7 +7,6 @@ import numbers
 import jax.numpy as jnp
 import numpy as np
 import scipy.sparse as sp
-from jax.experimental import sparse as jsparse
 
 from .._rankpairs import (
     RankPairsConfig,
@@ -20,6 +19,7 @@ from .._rankpairs import (
     swapped_pairs_rate,
 )
 from .._basis import check_gamma, resolve_gamma
+from .._sparse import as_rows
 from .._status import check_status
 from .._validation import check_sample_weight, float_dtype
 from ._base import OrdinalEstimator, SnapshotSavableMixin, fit_key, fit_rng, fresh_fit
@@ -156,7 +156,7 @@ class SwappedPairsSVM(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
         if self.pairs == "herbrich":
             pairs, pw = sample_pairs(codes, self.n_partners, np.random.default_rng(rs.randint(2**31)), sw)
             pair_args = dict(pairs=jnp.asarray(pairs), pair_weights=jnp.asarray(pw, dtype))
-        Xj = (jsparse.BCOO.from_scipy_sparse(X.astype(dtype)) if sp.issparse(X) else jnp.asarray(X, dtype))
+        Xj = as_rows(X, dtype)
         args = (jnp.asarray(codes), jnp.asarray(sw, dtype))
         approx = None if self.kernel == "linear" else self.kernel_approx
         if approx == "auto":
@@ -193,7 +193,7 @@ class SwappedPairsSVM(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
     def _predict(self, X):
         X = self._validate_predict(X)
         dtype = self.result_.coef.dtype
-        Xj = jsparse.BCOO.from_scipy_sparse(X.astype(dtype)) if sp.issparse(X) else jnp.asarray(X, dtype)
+        Xj = as_rows(X, dtype)
         return predict_rankpairs(self.result_, Xj)
 
     def predict(self, X):
