@@ -36,6 +36,7 @@ __version__ = "0.1.0"
 
 _SUBMODULES = ("calibration", "datasets", "diagnostics", "distributed", "io", "metrics", "uncertainty")
 _EXPORTS = {
+    "._basis": ("KernelMap", "fit_kernel_map", "transform_kernel_map"),
     "._clm": ("CLMColumns", "CLMConfig", "CLMPrediction", "CLMResult", "ThresholdCrossingWarning", "clm_columns",
               "fit_clm", "predict_clm", "sample_class_probs_clm"),
     "._isbor": ("ISBORConfig", "ISBORPrediction", "ISBORResult", "fit_isbor", "fit_sbor", "predict_isbor",
@@ -50,8 +51,7 @@ _EXPORTS = {
                  "predict_probit", "sample_class_probs"),
     "._rankpairs": ("RankPairsConfig", "RankPairsResult", "fit_rankpairs_gram", "fit_rankpairs_kernel",
                     "fit_rankpairs_linear", "fit_rankpairs_nystroem", "predict_rankpairs", "swapped_pairs_rate"),
-    "._redsvm": ("KernelMap", "RedSVMConfig", "RedSVMResult", "fit_kernel_map", "fit_redsvm", "predict_redsvm",
-                 "transform_kernel_map"),
+    "._redsvm": ("RedSVMConfig", "RedSVMResult", "fit_redsvm", "predict_redsvm"),
     "._results": ("Prediction",),
     "._status": ("OneClassWarning", "Status"),
     "._tor": ("TORConfig", "TORResult", "fit_tor", "predict_tor"),
@@ -84,6 +84,7 @@ def __dir__():
 
 if TYPE_CHECKING:
     from . import calibration, datasets, diagnostics, distributed, io, metrics, uncertainty
+    from ._basis import KernelMap, fit_kernel_map, transform_kernel_map
     from ._clm import (
         CLMColumns,
         CLMConfig,
@@ -151,15 +152,7 @@ if TYPE_CHECKING:
         predict_rankpairs,
         swapped_pairs_rate,
     )
-    from ._redsvm import (
-        KernelMap,
-        RedSVMConfig,
-        RedSVMResult,
-        fit_kernel_map,
-        fit_redsvm,
-        predict_redsvm,
-        transform_kernel_map,
-    )
+    from ._redsvm import RedSVMConfig, RedSVMResult, fit_redsvm, predict_redsvm
     from ._results import Prediction
     from ._status import OneClassWarning, Status
     from ._tor import TORConfig, TORResult, fit_tor, predict_tor

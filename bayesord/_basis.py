@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import numbers
 from functools import partial
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -50,6 +51,10 @@ __all__ = [
     "candidate_columns",
     "candidate_rows",
     "kmeanspp_indices",
+    "KernelMap",
+    "blocked_kernel_matrix",
+    "fit_kernel_map",
+    "transform_kernel_map",
 ]
 
 KERNELS = ("rbf", "linear", "poly", "precomputed")
@@ -215,3 +220,69 @@ def kmeanspp_indices(X, key, m: int):
     idx = jnp.zeros((m,), jnp.int32).at[0].set(first)
     idx, _, _ = jax.lax.fori_loop(1, m, body, (idx, d2, key))
     return idx
+
+
+# --------------------------------------------------------------------------- Nystrom feature maps
+
+
+class KernelMap(NamedTuple):
+    """Empirical (Nystrom) feature map ``z(x) = k(x, L) U Lambda^{-1/2}``.
+
+    With every training row a landmark, ``z(x_i) . z(x_j) = k(x_i, x_j)`` on the training
+    rows (up to the eigenvalues dropped as negligible), so a linear model on ``z`` is the
+    kernel model; with fewer landmarks it is the Nystrom approximation of rank m.
+    """
+
+    landmarks: jax.Array
+    """(m, d) landmark rows L."""
+    center: jax.Array
+    """(d,) point z0 that makes the perceptron kernel positive definite."""
+    projection: jax.Array
+    """(m, m) ``U Lambda^{-1/2}`` with the columns of negligible eigenvalues zeroed."""
+    gamma: jax.Array
+    """RBF width (unused by the perceptron kernel)."""
+
+
+def blocked_kernel_matrix(A, B, kind: str, gamma=1.0, center=None, block: int = 256):
+    """:func:`kernel_matrix` between the rows of A (n, d) and B (m, d), in row blocks of A.
+
+    Distances are taken from the differences (``exact=True``), so each block's temporary
+    is (rows, m, d): the block holds at most ``block`` rows and at most 2^22 numbers.
+    ``kind`` is ``"perceptron"`` (the positive definite form of ``-|a - b|`` about ``center``)
+    or ``"rbf"``.
+    """
+    if kind not in ("perceptron", "rbf"):
+        raise ValueError(f"unknown kernel {kind!r}; choose 'perceptron' or 'rbf'")
+    A = jnp.asarray(A)
+    B = jnp.asarray(B)
+    n = A.shape[0]
+    block = max(1, min(block, 2**22 // max(B.shape[0] * A.shape[1], 1)))
+    nb = -(-n // block)
+    Ap = jnp.concatenate([A, jnp.zeros((nb * block - n, A.shape[1]), A.dtype)]).reshape(nb, block, -1)
+    one = lambda Ablk: kernel_matrix(Ablk, B, gamma, kind, center=center, exact=True)  # noqa: E731
+    return jax.lax.map(one, Ap).reshape(nb * block, -1)[:n]
+
+
+@partial(jax.jit, static_argnames=("kind",))
+def fit_kernel_map(landmarks, kind: str, gamma=1.0):
+    """Build the empirical feature map on the landmark rows (eigendecomposition of K_LL).
+
+    Eigenvalues below ``10 m eps max(lambda)`` are dropped (their columns of the projection
+    are zero), so a rank-deficient or numerically indefinite K_LL gives a map of lower rank
+    rather than a failure.  The perceptron kernel is centred at the landmarks' mean.
+    """
+    landmarks = jnp.asarray(landmarks)
+    center = jnp.mean(landmarks, axis=0)
+    K = blocked_kernel_matrix(landmarks, landmarks, kind, gamma, center)
+    K = 0.5 * (K + K.T)
+    lam, U = jnp.linalg.eigh(K)
+    eps = jnp.finfo(K.dtype).eps * K.shape[0] * jnp.maximum(jnp.max(lam), 1e-300) * 10.0
+    keep = lam > eps
+    proj = jnp.where(keep[None, :], U / jnp.sqrt(jnp.where(keep, lam, 1.0))[None, :], 0.0)
+    return KernelMap(landmarks, center, proj, jnp.asarray(gamma, K.dtype))
+
+
+@partial(jax.jit, static_argnames=("kind",))
+def transform_kernel_map(kmap: KernelMap, X, kind: str):
+    """Feature rows ``z(x)`` (n, m) for new points: ``k(X, L) U Lambda^{-1/2}``."""
+    return blocked_kernel_matrix(X, kmap.landmarks, kind, kmap.gamma, kmap.center) @ kmap.projection

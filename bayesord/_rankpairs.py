@@ -53,7 +53,8 @@ its capacity bounds the cost of each QP.
 Variants: linear (dense array or :class:`~bayesord._sparse.PaddedRows`, the sparse row layout
 the other linear models share), exact Gaussian kernel
 (the n × n Gram matrix, for moderate n), and a Nyström low-rank Gaussian kernel (m
-landmarks, features Z = K_nm L⁻ᵀ with K_mm = L Lᵀ, then the linear solver: memory
+landmarks, features Z = K_nm U Λ^{-1/2} with K_mm = U Λ Uᵀ, the Nyström map shared with
+RED-SVM, then the linear solver: memory
 O(n m), time per iteration O(n m) instead of O(n²)).  Passing an explicit pair list
 replaces the all-pairs loss by the loss over those pairs: that is Herbrich's pairwise
 SVM (Eq. 3) on a subsample of pairs ("Herbrich₅"), solved by the same machinery.
@@ -71,7 +72,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ._basis import kernel_matrix
+from ._basis import fit_kernel_map, kernel_matrix, transform_kernel_map
 from ._results import Prediction, result_type
 from ._sparse import PaddedRows, rmatvec, row_dots
 from ._status import Status
@@ -637,8 +638,8 @@ def score_thresholds(scores, codes, weights, n_ranks: int):
     return 0.5 * (s[idx] + s[jnp.minimum(idx + 1, last)])
 
 
-def _result(config, c, end, coef, basis, gamma, codes, weights, n_status=None):
-    status = end["status"] if n_status is None else jnp.where(n_status != Status.SUCCESS, n_status, end["status"])
+def _result(config, c, end, coef, basis, gamma, codes, weights):
+    status = end["status"]
     return RankPairsResult(
         config=config,
         coef=coef,
@@ -744,10 +745,11 @@ def fit_rankpairs_nystroem(X, codes, weights, C, gamma, eps, key, config: RankPa
                            pair_weights=None):
     """Low-rank Gaussian-kernel swapped-pairs SVM (Nyström, ``config.n_components`` landmarks).
 
-    Landmarks are drawn without replacement with ``key``; K_mm + jitter = L Lᵀ;
-    features Z = K_nm L⁻ᵀ; the linear solver runs on Z; ``coef`` = L⁻ᵀ w so that
-    f(x) = k(x, landmarks) · coef.  Memory O(n m), O(n m) per iteration.
-    A failed Cholesky gives ``Status.NOT_POSITIVE_DEFINITE``.
+    Landmarks are drawn without replacement with ``key``; the features are the Nyström map
+    shared with RED-SVM (:func:`bayesord._basis.fit_kernel_map`), Z = K_nm P with
+    P = U Λ^{-1/2} from K_mm = U Λ Uᵀ (negligible eigenvalues dropped); the linear solver
+    runs on Z; ``coef`` = P w so that f(x) = k(x, landmarks) · coef.  Memory O(n m), O(n m)
+    per iteration.
     """
     dtype = floating_dtype(X.dtype)
     X = X.astype(dtype)
@@ -756,19 +758,12 @@ def fit_rankpairs_nystroem(X, codes, weights, C, gamma, eps, key, config: RankPa
         raise ValueError(f"n_components must be in 1..n ({X.shape[0]}), got {m}")
     gamma = jnp.asarray(gamma, dtype)
     idx = jax.random.choice(key, X.shape[0], (m,), replace=False)
-    land = X[idx]
-    Kmm = rbf_kernel(land, land, gamma)
-    jitter = 10 * jnp.finfo(dtype).eps * m
-    L = jnp.linalg.cholesky(Kmm + jitter * jnp.eye(m, dtype=dtype))
-    chol_ok = jnp.all(jnp.isfinite(L))
-    Z = jax.scipy.linalg.solve_triangular(L, rbf_kernel(X, land, gamma).T, lower=True).T
-    Z = jnp.where(chol_ok, Z, 0)
+    kmap = fit_kernel_map(X[idx], "rbf", gamma)
+    Z = transform_kernel_map(kmap, X, "rbf")
     oracle = _oracle(codes, weights, config, pairs, pair_weights, dtype)
     c, end = _cutting_plane(oracle, _linear_ops(Z, config.capacity, dtype), X.shape[0], C, eps, config, dtype)
     w = c["store"].T @ c["alpha"]
-    coef = jax.scipy.linalg.solve_triangular(L.T, w, lower=False)
-    n_status = jnp.where(chol_ok, jnp.int32(Status.SUCCESS), jnp.int32(Status.NOT_POSITIVE_DEFINITE))
-    return _result(config, c, end, coef, land, gamma, codes, weights, n_status)
+    return _result(config, c, end, kmap.projection @ w, kmap.landmarks, gamma, codes, weights)
 
 
 def decision_rankpairs(result: RankPairsResult, X, block_size: int = 4096):

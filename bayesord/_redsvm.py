@@ -54,14 +54,13 @@ is padded with explicit zeros to the longest row.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 
-from ._basis import kernel_matrix as basis_kernel
+from ._basis import KernelMap, blocked_kernel_matrix, fit_kernel_map, transform_kernel_map
 from ._loops import jit_serial_cpu, permutation
 from ._results import Prediction, result_type
 from ._sparse import PaddedRows, rmatvec, row_dots, row_sq_norms
@@ -531,55 +530,6 @@ def predict_redsvm(result: RedSVMResult, X) -> Prediction:
 
 
 # --------------------------------------------------------------------------- kernels
-
-
-class KernelMap(NamedTuple):
-    """Empirical (Nystrom) feature map ``z(x) = k(x, L) U Lambda^{-1/2}``."""
-
-    landmarks: jax.Array
-    """(m, d) landmark rows L."""
-    center: jax.Array
-    """(d,) point z0 that makes the perceptron kernel positive definite."""
-    projection: jax.Array
-    """(m, m) ``U Lambda^{-1/2}`` with the columns of negligible eigenvalues zeroed."""
-    gamma: jax.Array
-    """RBF width (unused by the perceptron kernel)."""
-
-
-def kernel_matrix(A, B, kind: str, gamma=1.0, center=None, block: int = 256):
-    """Kernel between the rows of A (n, d) and B (m, d), evaluated in row blocks of A.
-
-    ``kind="perceptron"`` gives the positive definite form
-    ``|a - z0| + |b - z0| - |a - b|`` of the perceptron kernel ``-|a - b|`` (Section V-B),
-    ``kind="rbf"`` gives ``exp(-gamma |a - b|^2)`` (:func:`bayesord._basis.kernel_matrix`,
-    distances from the differences).
-    """
-    if kind not in ("perceptron", "rbf"):
-        raise ValueError(f"unknown kernel {kind!r}; choose 'perceptron' or 'rbf'")
-    A = jnp.asarray(A)
-    B = jnp.asarray(B)
-    n = A.shape[0]
-    nb = -(-n // block)
-    Ap = jnp.concatenate([A, jnp.zeros((nb * block - n, A.shape[1]), A.dtype)]).reshape(nb, block, -1)
-    one = lambda Ablk: basis_kernel(Ablk, B, gamma, kind, center=center, exact=True)  # noqa: E731
-    return lax.map(one, Ap).reshape(nb * block, -1)[:n]
-
-
-@functools.partial(jax.jit, static_argnames=("kind",))
-def fit_kernel_map(landmarks, kind: str, gamma=1.0):
-    """Build the empirical feature map on the landmark rows (eigendecomposition of K_LL)."""
-    landmarks = jnp.asarray(landmarks)
-    center = jnp.mean(landmarks, axis=0)
-    K = kernel_matrix(landmarks, landmarks, kind, gamma, center)
-    K = 0.5 * (K + K.T)
-    lam, U = jnp.linalg.eigh(K)
-    eps = jnp.finfo(K.dtype).eps * K.shape[0] * jnp.maximum(jnp.max(lam), 1e-300) * 10.0
-    keep = lam > eps
-    proj = jnp.where(keep[None, :], U / jnp.sqrt(jnp.where(keep, lam, 1.0))[None, :], 0.0)
-    return KernelMap(landmarks, center, proj, jnp.asarray(gamma, K.dtype))
-
-
-@functools.partial(jax.jit, static_argnames=("kind",))
-def transform_kernel_map(kmap: KernelMap, X, kind: str):
-    """Feature rows ``z(x)`` (n, m) for new points: ``k(X, L) U Lambda^{-1/2}``."""
-    return kernel_matrix(X, kmap.landmarks, kind, kmap.gamma, kmap.center) @ kmap.projection
+# The Nystrom feature map lives with the other kernels (bayesord._basis); these names stay
+# importable from here.
+kernel_matrix = blocked_kernel_matrix

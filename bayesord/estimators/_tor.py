@@ -14,18 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.sparse as sp
 
-from .._redsvm import (
-    KERNELS,
-    LOSSES,
-    KernelMap,
-    RedSVMConfig,
-    RedSVMResult,
-    fit_kernel_map,
-    fit_redsvm,
-    threshold_prediction,
-    transform_kernel_map,
-)
-from .._basis import check_gamma, resolve_gamma
+from .._basis import KernelMap, check_gamma, fit_kernel_map, resolve_gamma, transform_kernel_map
+from .._redsvm import KERNELS, LOSSES, RedSVMConfig, RedSVMResult, fit_redsvm, threshold_prediction
 from .._progress import check_verbose
 from .._sparse import as_rows
 from .._status import check_status, warn_user
