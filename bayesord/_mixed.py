@@ -484,6 +484,17 @@ def _per_unit(x, value):
     return jnp.sum(x, axis=1) if value.shape[0] == x.shape[0] else jnp.sum(x)[None]
 
 
+class _ModeSearch(NamedTuple):
+    """Carry of the conditional modes' damped Newton steps (per group, or joint when crossed)."""
+
+    v: jax.Array  # the modes
+    value: jax.Array  # the groups' objective there
+    grad: jax.Array
+    prec: object  # the precision blocks (:func:`_precision_solve` reads them)
+    t: jax.Array  # each group's next step length
+    n_iter: jax.Array
+
+
 def _solve_modes(eta, Z, R, y, groups, weights, v0, rtol, config):
     """Conditional modes ``v*`` (Q, p) by Newton's method.
 
@@ -505,11 +516,10 @@ def _solve_modes(eta, Z, R, y, groups, weights, v0, rtol, config):
         return jnp.abs(step) <= jnp.sqrt(rtol) * (1.0 + jnp.abs(v))
 
     def cond(c):
-        v, _, grad, prec, _, it = c
-        return (it < config.max_inner) & ~jnp.all(small(_precision_solve(prec, grad), v))
+        return (c.n_iter < config.max_inner) & ~jnp.all(small(_precision_solve(c.prec, c.grad), c.v))
 
     def body(c):
-        v, value, grad, prec, t, it = c
+        v, value, grad, prec, t = c.v, c.value, c.grad, c.prec, c.t
         step = _precision_solve(prec, grad)
         trial = v + (t[:, None] if t.shape[0] == v.shape[0] else t) * step
         value_t, grad_t, prec_t = evaluate(trial)
@@ -522,14 +532,14 @@ def _solve_modes(eta, Z, R, y, groups, weights, v0, rtol, config):
         v, grad, value = keep(trial, v), keep(grad_t, grad), keep(value_t, value)
         prec = jax.tree_util.tree_map(keep, prec_t, prec)
         t = jnp.where(ok, 1.0, 0.5 * t).astype(dtype)
-        return v, value, grad, prec, t, it + 1
+        return _ModeSearch(v, value, grad, prec, t, c.n_iter + 1)
 
     value, grad, prec = evaluate(v0)
-    init = (v0, value, grad, prec, jnp.ones(value.shape, dtype), jnp.zeros((), jnp.int32))
-    v, value, grad, prec, _, it = jax.lax.while_loop(cond, body, init)
-    step = _precision_solve(prec, grad)
-    converged = jnp.all(small(step, v)) & jnp.all(jnp.isfinite(value))
-    return v + step, it, converged
+    end = jax.lax.while_loop(cond, body, _ModeSearch(v0, value, grad, prec, jnp.ones(value.shape, dtype),
+                                                     jnp.zeros((), jnp.int32)))
+    step = _precision_solve(end.prec, end.grad)
+    converged = jnp.all(small(step, end.v)) & jnp.all(jnp.isfinite(end.value))
+    return end.v + step, end.n_iter, converged
 
 
 @partial(jax.custom_jvp, nondiff_argnums=(8,))

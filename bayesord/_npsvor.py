@@ -363,6 +363,22 @@ class _PassState(NamedTuple):
     key: jax.Array
 
 
+class _ChunkState(NamedTuple):
+    """The carry of one pass's chunks: weights and duals as they move, the pass's visiting
+    order and the per-problem sums of the violations (Eq. 31) and coordinate visits."""
+
+    w: jax.Array
+    alpha: jax.Array
+    active: jax.Array
+    order: jax.Array
+    n_any: jax.Array
+    done: jax.Array
+    M: jax.Array
+    vsum: jax.Array
+    vmax: jax.Array
+    n_updates: jax.Array
+
+
 def _solve(X, ytilde, in_I, upper, eps, tol, key, config):
     dtype = X.values.dtype
     P, n = ytilde.shape
@@ -413,7 +429,8 @@ def _solve(X, ytilde, in_I, upper, eps, tol, key, config):
         return jnp.where(keep, d_var, 0.0), jnp.where(keep, v, 0.0), shrink
 
     def chunk_step(c, carry):
-        w, alpha, active, order, n_any, done, M, vsum, vmax, nupd = carry
+        w, alpha, active, order, n_any, done, M = (carry.w, carry.alpha, carry.active, carry.order, carry.n_any,
+                                                   carry.done, carry.M)
         var = lax.dynamic_slice_in_dim(order, c * width, width)                 # (Kb,)
         in_pass = c * width + jnp.arange(width) < n_any
         ok = (active[var] > 0) & ~done[None, :] & in_pass[:, None]              # (Kb, P)
@@ -459,10 +476,10 @@ def _solve(X, ytilde, in_I, upper, eps, tol, key, config):
         alpha = alpha.at[dest].set(a_chunk + jnp.repeat(t_buf, b, axis=0) * d_all,
                                    mode="drop")
         active = active.at[dest].min(jnp.where(shrunk, 0, 1).astype(jnp.int8), mode="drop")
-        vsum = vsum + jnp.sum(jnp.abs(v_all), axis=0)
-        vmax = jnp.maximum(vmax, jnp.max(jnp.abs(v_all), axis=0))
-        nupd = nupd + jnp.sum(ok, axis=0).astype(jnp.int32)
-        return w, alpha, active, order, n_any, done, M, vsum, vmax, nupd
+        vsum = carry.vsum + jnp.sum(jnp.abs(v_all), axis=0)
+        vmax = jnp.maximum(carry.vmax, jnp.max(jnp.abs(v_all), axis=0))
+        nupd = carry.n_updates + jnp.sum(ok, axis=0).astype(jnp.int32)
+        return _ChunkState(w, alpha, active, order, n_any, done, M, vsum, vmax, nupd)
 
     def one_pass(state):
         w, alpha, active, M, v0, it, done, conv, ratio, nupd, k = state
@@ -479,9 +496,9 @@ def _solve(X, ytilde, in_I, upper, eps, tol, key, config):
         n_any = jnp.sum(visit).astype(jnp.int32)
         n_chunks = (n_any + width - 1) // width
         zeros = jnp.zeros((P,), dtype)
-        carry = (w, alpha, active, order, n_any, done, M, zeros, zeros, nupd)
-        w, alpha, active, _, _, _, _, vsum, vmax, nupd = lax.fori_loop(
-            0, n_chunks, chunk_step, carry)
+        end = lax.fori_loop(0, n_chunks, chunk_step,
+                            _ChunkState(w, alpha, active, order, n_any, done, M, zeros, zeros, nupd))
+        w, alpha, active, vsum, vmax, nupd = end.w, end.alpha, end.active, end.vsum, end.vmax, end.n_updates
         first = it == 0
         v0 = jnp.where(first & ~done, vsum, v0)
         met = vsum <= tol * v0
@@ -506,7 +523,8 @@ def _solve(X, ytilde, in_I, upper, eps, tol, key, config):
                        jnp.zeros((P,), jnp.int32), none_movable, none_movable,
                        jnp.where(none_movable, 0.0, jnp.inf).astype(dtype), jnp.zeros((P,), jnp.int32),
                        key)
-    w, alpha_v, _, _, _, it, done, conv, ratio, nupd, _ = lax.while_loop(cond, one_pass, state)
+    end = lax.while_loop(cond, one_pass, state)
+    w, alpha_v, it, done, conv, ratio, nupd = end.w, end.alpha, end.it, end.done, end.conv, end.ratio, end.nupd
     primal, dual = _objectives(w, alpha_v.T, vars_, X, in_I, ytilde, upper, eps)
     w, alpha_v = w.T, alpha_v.T
     if config.progress:

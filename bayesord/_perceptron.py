@@ -336,6 +336,16 @@ def _online_step(st, inc, y, weight, xnorm2, hyper, config, add):
     return new, (miss, jnp.abs(y - y_plain).astype(dtype), ok.astype(jnp.int32))
 
 
+class _Epochs(NamedTuple):
+    """Carry of the epoch loop: the online state and the per-epoch counts so far."""
+
+    state: object  # PerceptronState or KernelPerceptronState
+    epoch: jax.Array
+    mistakes: jax.Array  # (n_epochs,)
+    abs_error: jax.Array  # (n_epochs,)
+    updates: jax.Array  # (n_epochs,)
+
+
 def _train(sample_step, state, key, n, config, unroll=1):
     """Epochs as a while loop over key-shuffled scans, then averaging and the status.
 
@@ -358,20 +368,19 @@ def _train(sample_step, state, key, n, config, unroll=1):
         st, (m, e, u) = jax.lax.scan(sample_step, st, order, unroll=unroll)
         return st, (jnp.sum(m).astype(jnp.int32), jnp.sum(e), jnp.sum(u).astype(jnp.int32))
 
-    def cond(carry):
-        _, epoch, _, _, upd = carry
-        go = epoch < E
+    def cond(c):
+        go = c.epoch < E
         if config.stop_if_separated:
-            go = go & ((epoch == 0) | (upd[jnp.maximum(epoch - 1, 0)] > 0))
+            go = go & ((c.epoch == 0) | (c.updates[jnp.maximum(c.epoch - 1, 0)] > 0))
         return go
 
-    def body(carry):
-        st, epoch, mis, err, upd = carry
-        st, (m, e, u) = run_epoch(st, epoch)
-        return st, epoch + 1, mis.at[epoch].set(m), err.at[epoch].set(e), upd.at[epoch].set(u)
+    def body(c):
+        st, (m, e, u) = run_epoch(c.state, c.epoch)
+        return _Epochs(st, c.epoch + 1, c.mistakes.at[c.epoch].set(m), c.abs_error.at[c.epoch].set(e),
+                       c.updates.at[c.epoch].set(u))
 
-    carry0 = (state, jnp.zeros((), jnp.int32), jnp.zeros((E,), jnp.int32),
-              jnp.zeros((E,), dtype), jnp.zeros((E,), jnp.int32))
+    carry0 = _Epochs(state, jnp.zeros((), jnp.int32), jnp.zeros((E,), jnp.int32),
+                     jnp.zeros((E,), dtype), jnp.zeros((E,), jnp.int32))
     state, epoch, mis, err, upd = jax.lax.while_loop(cond, body, carry0)
     weights, thresholds, weights_acc, thresholds_acc, n_steps = state
     if config.averaged:  # Collins averaging: avg = W - sum_t (t-1) dW_t / T

@@ -368,6 +368,20 @@ def _fit_standardised(X, y, weights, alpha, rtol, config, n_classes):
     return _fit_evidence(X, y, weights, alpha0, rtol, joint, config, n_classes)
 
 
+class _EvidenceSearch(NamedTuple):
+    """Carry of the evidence maximisation (L-BFGS directions, Armijo steps) in z."""
+
+    z: jax.Array  # last accepted point (eta = eta0 + P z)
+    value: jax.Array  # minus the log evidence there
+    grad: jax.Array  # its gradient in z
+    direction: jax.Array  # the next search direction
+    t: jax.Array  # the next trial's step length
+    opt_state: object  # optax L-BFGS state
+    inner: tuple  # (w, inner converged, inner status) of the last accepted point's MAP solve
+    n_iter: jax.Array
+    done: jax.Array
+
+
 def _fit_evidence(X, y, weights, alpha0, rtol, joint, config, n_classes):
     """Type-II ML of (thresholds, alpha) by L-BFGS on the Laplace evidence (Eq. 12)."""
     dtype = X.dtype
@@ -426,10 +440,10 @@ def _fit_evidence(X, y, weights, alpha0, rtol, joint, config, n_classes):
     opt = optax.lbfgs(learning_rate=1.0, linesearch=None)
 
     def cond(c):
-        return (~c[-1]) & (c[-2] < config.max_outer)
+        return (~c.done) & (c.n_iter < config.max_outer)
 
     def body(c):
-        eta, val, grad, direction, t, state, inner, it, _ = c
+        eta, val, grad, direction, t, state, inner = c.z, c.value, c.grad, c.direction, c.t, c.opt_state, c.inner
         trial = eta + t * direction
         (v_new, inner_new), g_new = value_and_grad(trial, jax.lax.stop_gradient(inner[0]))
         slope = grad @ direction
@@ -448,16 +462,17 @@ def _fit_evidence(X, y, weights, alpha0, rtol, joint, config, n_classes):
         direction = jnp.where(stalled, -grad / (1.0 + jnp.linalg.norm(grad)), direction)
         t = jnp.where(stalled, 1.0, t)
         done = (accept & small_f & small_x) | ~jnp.isfinite(val)
-        return eta, val, grad, direction, t.astype(dtype), state, inner, it + 1, done
+        return _EvidenceSearch(eta, val, grad, direction, t.astype(dtype), state, inner, c.n_iter + 1, done)
 
     # The first pass evaluates eta0 (accepted against +inf) and takes the first direction.
     zeros = jnp.zeros_like(eta0)
     inner0 = (w_warm, jnp.zeros((), bool), jnp.asarray(Status.SUCCESS, jnp.int32))
-    init = (zeros, jnp.asarray(jnp.inf, dtype), zeros, zeros, jnp.ones((), dtype), opt.init(zeros),
-            inner0, jnp.zeros((), jnp.int32), jnp.zeros((), bool))
-    z, last, _, _, _, _, inner, n_iter, done = jax.lax.while_loop(cond, body, init)
+    init = _EvidenceSearch(zeros, jnp.asarray(jnp.inf, dtype), zeros, zeros, jnp.ones((), dtype), opt.init(zeros),
+                           inner0, jnp.zeros((), jnp.int32), jnp.zeros((), bool))
+    end = jax.lax.while_loop(cond, body, init)
+    z, last, n_iter, done = end.z, end.value, end.n_iter, end.done
     b, alpha = unpack(eta0 + P @ z)
-    w, inner_ok, inner_status = inner
+    w, inner_ok, inner_status = end.inner
     log_post, loglik, L, chol_ok = laplace_at(w, X, y, weights, b, sigma, alpha, link)
     log_ev = laplace_log_evidence(log_post, L, alpha)
     # The predictive posterior: a Gaussian over (w, b) at the type-II optimum.

@@ -354,6 +354,16 @@ def _swapped_pairs_rate(scores, codes, weights, n_ranks, method):
 # --------------------------------------------------------------------------- working-set QP
 
 
+class _InteriorPoint(NamedTuple):
+    """Carry of :func:`solve_simplex_qp`: the primal-dual iterate and the stopping state."""
+
+    alpha: jax.Array  # primal, on the simplex sum = C
+    nu: jax.Array  # multiplier of the equality
+    z: jax.Array  # multipliers of alpha >= 0
+    it: jax.Array
+    done: jax.Array
+
+
 def solve_simplex_qp(H, delta, mask, C, tol, max_iter: int = 80):
     """Maximise αᵀδ − ½αᵀHα over {α ≥ 0, Σα = C, α = 0 off ``mask``}: a primal–dual interior point.
 
@@ -410,11 +420,10 @@ def solve_simplex_qp(H, delta, mask, C, tol, max_iter: int = 80):
         return rd, rp
 
     def cond(state):
-        alpha, nu, z, it, done = state
-        return (~done) & (it < max_iter)
+        return (~state.done) & (state.it < max_iter)
 
     def body(state):
-        alpha0, nu0, z0, it, _ = state
+        alpha0, nu0, z0 = state.alpha, state.nu, state.z
         alpha, nu, z = alpha0, nu0, z0
         rd, rp = residuals(alpha, nu, z)
         mu = (mf @ (alpha * z)) / m
@@ -441,14 +450,14 @@ def solve_simplex_qp(H, delta, mask, C, tol, max_iter: int = 80):
         # iterate.
         finite = jnp.isfinite(nu) & jnp.all(jnp.isfinite(alpha)) & jnp.all(jnp.isfinite(z))
         alpha, nu, z = (jnp.where(finite, new, old) for new, old in ((alpha, alpha0), (nu, nu0), (z, z0)))
-        return alpha, nu, z, it + 1, done | ~finite
+        return _InteriorPoint(alpha, nu, z, state.it + 1, done | ~finite)
 
     alpha0 = jnp.where(mask, C / m, 1)
     g0 = dm - Hm @ (alpha0 * mf)
     nu0 = jnp.max(jnp.where(mask, g0, neg_inf)) + scale / C
     z0 = jnp.where(mask, nu0 - g0, 1)
-    alpha, _, _, it, _ = lax.while_loop(cond, body, (alpha0, nu0, z0, jnp.asarray(0, jnp.int32),
-                                                      jnp.asarray(False)))
+    end = lax.while_loop(cond, body, _InteriorPoint(alpha0, nu0, z0, jnp.asarray(0, jnp.int32), jnp.asarray(False)))
+    alpha, it = end.alpha, end.it
     cut = (1e-9 if dtype == jnp.float64 else 1e-5) * C
     alpha = jnp.where(mask & (alpha > cut), alpha, 0)
     alpha = alpha * (C / jnp.sum(alpha))

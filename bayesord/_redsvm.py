@@ -267,6 +267,17 @@ def _dual(s, c, alpha, w, theta, b, loss):
             - 0.5 * jnp.dot(w, w) - 0.5 * jnp.dot(theta, theta))
 
 
+class _Epochs(NamedTuple):
+    """Carry of the dual coordinate descent at a fixed intercept, one epoch per iteration."""
+
+    alpha: jax.Array  # (n, K-1) duals
+    w: jax.Array
+    theta: jax.Array
+    gap: jax.Array  # duality gap after the epoch
+    p: jax.Array  # primal objective after the epoch
+    epoch: jax.Array
+
+
 def _solve_fixed_b(X, s, c, sq, alpha, b, tol, key, config: RedSVMConfig):
     """Dual coordinate descent for a fixed intercept ``b``; returns (alpha, w, theta, gap, epochs)."""
     loss = config.loss
@@ -338,26 +349,24 @@ def _solve_fixed_b(X, s, c, sq, alpha, b, tol, key, config: RedSVMConfig):
         d = _dual(s, c, alpha, w, theta, b, loss)
         return p - d, p
 
-    def cond(state):
-        _, _, _, gap, p, epoch = state
-        return (epoch < config.max_epochs) & ~(gap <= tol * jnp.maximum(p, 1e-300)) & jnp.isfinite(gap)
+    def cond(st):
+        return (st.epoch < config.max_epochs) & ~(st.gap <= tol * jnp.maximum(st.p, 1e-300)) & jnp.isfinite(st.gap)
 
-    def body(state):
-        alpha, w, theta, _, _, epoch = state
-        perm = permutation(jax.random.fold_in(key, epoch), n)
+    def body(st):
+        alpha, w, theta = st.alpha, st.w, st.theta
+        perm = permutation(jax.random.fold_in(key, st.epoch), n)
         # rows with c == 0 have alpha == 0 for good: visit only the others
         perm = perm[jnp.argsort(c[perm] <= 0, stable=True)]
         n_chunks = (n_active + R - 1) // R
         alpha, w, theta, _ = lax.fori_loop(0, n_chunks, chunk_step, (alpha, w, theta, perm))
         w, theta = _w_theta(X, alpha, s)  # re-anchor against drift
         gap, p = gap_of(alpha, w, theta)
-        return alpha, w, theta, gap, p, epoch + 1
+        return _Epochs(alpha, w, theta, gap, p, st.epoch + 1)
 
     gap0, p0 = gap_of(alpha, w, theta)
-    state = (alpha, w, theta, gap0, p0, jnp.zeros((), jnp.int32))
-    alpha, w, theta, gap, p, epochs = lax.while_loop(cond, body, state)
-    inner_ok = gap <= tol * jnp.maximum(p, 1e-300)
-    return alpha, w, theta, gap, p, epochs, inner_ok
+    st = lax.while_loop(cond, body, _Epochs(alpha, w, theta, gap0, p0, jnp.zeros((), jnp.int32)))
+    inner_ok = st.gap <= tol * jnp.maximum(st.p, 1e-300)
+    return st.alpha, st.w, st.theta, st.gap, st.p, st.epoch, inner_ok
 
 
 class _BiasSearch(NamedTuple):
