@@ -84,7 +84,7 @@ from ._progress import emit, prefix
 from ._results import Prediction, result_type
 from ._sparse import PaddedRows, row_dots
 from ._splits import kfold_masks
-from ._status import Status, warn_user
+from ._status import final_status, warn_user
 
 __all__ = [
     "NPSVORConfig",
@@ -537,8 +537,7 @@ def _solve(X, ytilde, in_I, upper, eps, tol, key, config):
         alpha = alpha_v
         alpha_minus = jnp.where(in_I, jnp.maximum(-alpha_v, 0.0), 0.0)
     finite = jnp.all(jnp.isfinite(w), axis=1) & jnp.isfinite(primal) & jnp.isfinite(dual)
-    status = jnp.where(~finite, Status.NONFINITE,
-                       jnp.where(conv, Status.SUCCESS, Status.MAX_ITER)).astype(jnp.int32)
+    status = final_status(conv, finite=finite)
     return NPSVORResult(config, w, alpha, alpha_minus, primal, dual, primal - dual, it, nupd, ratio,
                         conv & finite, status)
 

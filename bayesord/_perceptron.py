@@ -63,7 +63,7 @@ from ._basis import kernel_matrix as basis_kernel
 from ._loops import jit_serial_cpu
 from ._results import Prediction, check_settings, result_type
 from ._sparse import PaddedRows, row_axpy, row_dot, row_dots, row_sq_norms
-from ._status import Status
+from ._status import final_status
 from ._validation import floating_dtype
 
 __all__ = [
@@ -389,10 +389,9 @@ def _train(sample_step, state, key, n, config, unroll=1):
         thresholds = thresholds - thresholds_acc / t
     converged = upd[jnp.maximum(epoch - 1, 0)] == 0
     finite = jnp.all(jnp.isfinite(weights)) & jnp.all(jnp.isfinite(thresholds))
-    status = jnp.where(finite, Status.SUCCESS, Status.NONFINITE)
-    if config.stop_if_separated:
-        status = jnp.where(finite & ~converged, Status.MAX_ITER, status)
-    return weights, thresholds, state, mis, err, upd, epoch, converged, status.astype(jnp.int32)
+    # Without stop_if_separated the epochs are the budget, not a cap: reaching them is success.
+    status = final_status(converged if config.stop_if_separated else True, finite=finite)
+    return weights, thresholds, state, mis, err, upd, epoch, converged, status
 
 
 def _fit_primal_impl(X, y, sample_weight, key, hyper, state, config):

@@ -78,7 +78,7 @@ from ._links import check_link
 from ._mesh import partitioned
 from ._results import check_settings, mode_labels, result_type
 from ._shapes import bucket_rows, pad_rows
-from ._status import Status
+from ._status import Status, final_status
 from ._thresholds import (
     initial_thresholds,
     params_from_thresholds,
@@ -479,10 +479,8 @@ def _fit_evidence(X, y, weights, alpha0, rtol, joint, config, n_classes):
     post = joint_posterior(X, y, weights, w, b, sigma, alpha, L, link)
     coef_cov = chol_inverse(L) + post.gain @ post.thresholds_cov @ post.gain.T
     chol_ok = chol_ok & post.ok
-    status = jnp.where(done, Status.SUCCESS, Status.MAX_ITER)
-    status = jnp.where(inner_status != Status.SUCCESS, inner_status, status)
-    status = jnp.where(chol_ok, status, Status.NOT_POSITIVE_DEFINITE)
-    status = jnp.where(jnp.isfinite(log_ev) & jnp.isfinite(last), status, Status.NONFINITE)
+    status = final_status(done, finite=jnp.isfinite(log_ev) & jnp.isfinite(last),
+                          failure=jnp.where(chol_ok, inner_status, Status.NOT_POSITIVE_DEFINITE))
     return ProbitResult(
         config=config, coef=w, coef_cov=coef_cov, thresholds=b, thresholds_cov=post.thresholds_cov,
         cross_cov=post.cross_cov, sigma=sigma, alpha=alpha, log_evidence=log_ev, loglik=loglik,

@@ -64,7 +64,7 @@ from ._basis import KernelMap, blocked_kernel_matrix, fit_kernel_map, transform_
 from ._loops import jit_serial_cpu, permutation
 from ._results import Prediction, result_type
 from ._sparse import PaddedRows, rmatvec, row_dots, row_sq_norms
-from ._status import Status
+from ._status import final_status
 
 __all__ = [
     "LOSSES",
@@ -447,8 +447,7 @@ def _fit_redsvm_impl(X, codes, c, alpha0, b0, tol, key, config):
     if center:
         b = b + jnp.dot(w, mu)
     converged = st.done & st.inner_ok & jnp.isfinite(p)
-    status = jnp.where(~jnp.isfinite(p), Status.NONFINITE,
-                       jnp.where(converged, Status.SUCCESS, Status.MAX_ITER)).astype(jnp.int32)
+    status = final_status(converged, finite=jnp.isfinite(p))
     return RedSVMResult(config, w, theta, b, alpha, p, gap, epochs, it, converged, status)
 
 

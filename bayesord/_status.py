@@ -59,6 +59,22 @@ def warn_user(message, category=UserWarning) -> None:
     warnings.warn(message, category, stacklevel=level)
 
 
+def final_status(converged, *, finite=True, failure=None):
+    """The status a fit ends with, the most severe first (traced, int32).
+
+    ``NONFINITE`` where ``finite`` is False; else ``failure`` where it is given and is not
+    ``SUCCESS`` (an inner solve's status, ``NOT_POSITIVE_DEFINITE`` from a factorisation,
+    ``CAPACITY_REACHED``); else ``SUCCESS`` where ``converged`` and ``MAX_ITER`` where not.
+    Arguments may be arrays (one fit per entry).
+    """
+    import jax.numpy as jnp
+
+    status = jnp.where(converged, Status.SUCCESS, Status.MAX_ITER)
+    if failure is not None:
+        status = jnp.where(failure != Status.SUCCESS, failure, status)
+    return jnp.where(finite, status, Status.NONFINITE).astype(jnp.int32)
+
+
 def status_message(code) -> str:
     """Return the human-readable message for a status code."""
     return _MESSAGES[Status(int(code))]

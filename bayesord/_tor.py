@@ -45,7 +45,7 @@ from ._results import Prediction, result_type
 from ._loops import jit_serial_cpu
 from ._progress import emit
 from ._sparse import PaddedRows, row_dots
-from ._status import Status
+from ._status import Status, final_status
 
 __all__ = ["TORConfig", "TORResult", "fit_tor", "predict_tor", "init_pseudo_labels"]
 
@@ -300,9 +300,8 @@ def _fit_tor_impl(X, codes, unlabeled, weight, C1, c2_init, c2_growth, tol, key,
 
     st = lax.while_loop(cond, body, init)
     finished = ~(st["c2"] < C1)
-    status = jnp.where(st["bad"], Status.NONFINITE,
-                       jnp.where(~finished, Status.CAPACITY_REACHED,
-                                 jnp.where(st["all_conv"], Status.SUCCESS, Status.MAX_ITER)))
+    status = final_status(st["all_conv"], finite=~st["bad"],
+                          failure=jnp.where(finished, Status.SUCCESS, Status.CAPACITY_REACHED))
     if config.progress:
         report(st, final=True, converged=finished & st["all_conv"] & ~st["bad"])
     return TORResult(
@@ -311,7 +310,7 @@ def _fit_tor_impl(X, codes, unlabeled, weight, C1, c2_init, c2_growth, tol, key,
         objective_trace=st["obj_tr"], swapped_trace=st["sw_tr"], trace_stage=st["st_tr"],
         trace_c2=st["c2_tr"], trace_swaps=st["nsw_tr"], n_retrains=st["n_ret"],
         n_stages=st["stage"], n_swaps=st["n_swaps"], n_rejected=st["n_rej"], n_iter=st["n_iter"],
-        converged=finished & st["all_conv"] & ~st["bad"], status=status.astype(jnp.int32),
+        converged=finished & st["all_conv"] & ~st["bad"], status=status,
     )
 
 

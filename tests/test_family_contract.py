@@ -240,3 +240,23 @@ def test_every_result_names_its_iterations_status_coefficients_and_thresholds_al
     np.testing.assert_array_equal(results["isbor"].thresholds, results["isbor"].b)
     red = results["redsvm"]
     np.testing.assert_allclose(red.thresholds, np.asarray(red.theta) + float(red.b))
+
+
+def test_final_status_orders_the_outcomes_by_severity():
+    """The one final-status helper every solver ends with, over every combination (arrays,
+    as a batch of fits gives): a non-finite value first, then a failure code, then the
+    convergence flag."""
+    from itertools import product
+
+    from bayesord._status import Status, final_status
+
+    cases = list(product([True, False], [True, False], [Status.SUCCESS, Status.NOT_POSITIVE_DEFINITE,
+                                                         Status.CAPACITY_REACHED]))
+    conv, finite, failure = (np.array(v) for v in zip(*cases))
+    got = np.asarray(final_status(conv, finite=finite, failure=failure))
+    for (c, f, fail), g in zip(cases, got):
+        expected = Status.NONFINITE if not f else fail if fail != Status.SUCCESS else (
+            Status.SUCCESS if c else Status.MAX_ITER)
+        assert g == expected, (c, f, fail)
+    assert got.dtype == np.int32
+    assert int(final_status(False)) == Status.MAX_ITER
