@@ -223,8 +223,17 @@ class RedSVMConfig:
             raise ValueError("n_classes must be at least 2")
 
 
+class SharedNames:
+    """The names every family's result shares, for results that keep the paper's ``w``,
+    ``theta`` and ``b`` as fields (RED-SVM's and TOR's)."""
+
+    coef = property(lambda self: self.w, doc="The weights ``w`` (d,).")
+    thresholds = property(lambda self: self.theta + self.b,
+                          doc="The effective thresholds ``theta + b`` (K-1,) the score is cut at.")
+
+
 @result_type
-class RedSVMResult:
+class RedSVMResult(SharedNames):
     """Solution of Eq. (9)."""
 
     config: RedSVMConfig
@@ -249,11 +258,6 @@ class RedSVMResult:
     """Whether both the inner gap and the intercept condition met their tolerances."""
     status: jax.Array
     """:class:`bayesord._status.Status` code."""
-
-    # The names every family's result shares (the paper's w, theta and b stay the fields).
-    coef = property(lambda self: self.w, doc="The weights ``w`` (d,), under the shared name.")
-    thresholds = property(lambda self: self.theta + self.b,
-                          doc="The effective thresholds ``theta + b`` (K-1,) the score is cut at.")
 
 
 def _w_theta(X, alpha, s):

@@ -40,7 +40,15 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ._redsvm import RedSVMConfig, fit_redsvm, margin_loss, objective, predict_codes, threshold_prediction
+from ._redsvm import (
+    RedSVMConfig,
+    SharedNames,
+    fit_redsvm,
+    margin_loss,
+    objective,
+    predict_codes,
+    threshold_prediction,
+)
 from ._results import Prediction, result_type
 from ._loops import jit_serial_cpu
 from ._progress import emit
@@ -91,7 +99,7 @@ class TORConfig:
 
 
 @result_type
-class TORResult:
+class TORResult(SharedNames):
     """Outcome of Algorithm 1."""
 
     config: TORConfig
@@ -136,11 +144,6 @@ class TORResult:
     """True when every stage ended with no admissible swap and every solve converged."""
     status: jax.Array
     """:class:`bayesord._status.Status` code."""
-
-    # The names every family's result shares (the paper's w, theta and b stay the fields).
-    coef = property(lambda self: self.w, doc="The final model's weights ``w`` (d,).")
-    thresholds = property(lambda self: self.theta + self.b,
-                          doc="The final model's effective thresholds ``theta + b`` (K-1,).")
 
 
 def init_pseudo_labels(h, unlabeled, codes, n_classes: int, ratio=None):
