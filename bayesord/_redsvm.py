@@ -78,6 +78,7 @@ __all__ = [
     "extended_labels",
     "fit_redsvm",
     "predict_redsvm",
+    "threshold_prediction",
     "decision_scores",
     "predict_codes",
     "KernelMap",

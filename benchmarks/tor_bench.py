@@ -54,16 +54,10 @@ jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from bayesord._redsvm import (  # noqa: E402
-    RedSVMConfig,
-    decision_scores,
-    fit_kernel_map,
-    fit_redsvm,
-    predict_codes,
-    transform_kernel_map,
-)
+from bayesord._basis import fit_kernel_map, transform_kernel_map  # noqa: E402
+from bayesord._redsvm import RedSVMConfig, fit_redsvm, predict_redsvm, threshold_prediction  # noqa: E402
 from bayesord._sparse import to_padded_rows  # noqa: E402
-from bayesord._tor import TORConfig, fit_tor  # noqa: E402
+from bayesord._tor import TORConfig, fit_tor, predict_tor  # noqa: E402
 from bayesord.datasets import make_tor_synthetic  # noqa: E402
 from bayesord.datasets import equal_frequency_bins, load_csv, load_shared  # noqa: E402
 
@@ -90,15 +84,14 @@ def run_split(Z, codes, unl, K, C1, tol, seed, max_retrains=5000, swap_rule="eq5
     res = tor()
     jax.block_until_ready(res)
     dt = time.perf_counter() - t0
-    h0 = decision_scores(res.init_w, Z)
-    pred_red = np.asarray(predict_codes(h0, res.init_theta, res.init_b))[unl]
+    pred_red = np.asarray(threshold_prediction(res.init_w, res.init_theta, res.init_b, Z).labels)[unl]
     true = codes[unl]
     out = {}
     out["redsvm_zo"], out["redsvm_mae"] = errors(pred_red, true)
     out["ratio_zo"], out["ratio_mae"] = errors(np.asarray(res.init_labels)[unl], true)
     out["tor_zo"], out["tor_mae"] = errors(np.asarray(res.labels)[unl], true)
     # TOR's final inductive model (Eq. 3) on the same rows, next to its transductive labels
-    pred_model = np.asarray(predict_codes(decision_scores(res.w, Z), res.theta, res.b))[unl]
+    pred_model = np.asarray(predict_tor(res, Z).labels)[unl]
     out["tor_model_zo"], out["tor_model_mae"] = errors(pred_model, true)
     out.update(seconds=dt, retrains=int(res.n_retrains), swaps=int(res.n_swaps),
                stages=int(res.n_stages), rejected=int(res.n_rejected), status=int(res.status))
@@ -191,7 +184,7 @@ def cv_c(Z, codes, K, grid, tol, seed):
         for f in range(5):
             tr = folds != f
             r = fit_redsvm(Z, codes, np.where(tr, C, 0.0), cfg, tol=tol)
-            pred = np.asarray(predict_codes(decision_scores(r.w, Z), r.theta, r.b))
+            pred = np.asarray(predict_redsvm(r, Z).labels)
             e += np.sum(pred[~tr] != codes[~tr])
         errs.append(e / n)
     return float(grid[int(np.argmin(errs))]), errs
