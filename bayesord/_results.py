@@ -103,6 +103,8 @@ def state_types(*classes):
 
 
 def _json_value(value, key):
+    if isinstance(value, np.generic):  # a NumPy integer or float given for a setting
+        value = value.item()
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, (tuple, list)):

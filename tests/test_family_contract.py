@@ -199,6 +199,15 @@ def test_sparse_rows_predict_as_dense_rows():
     np.testing.assert_allclose(pred.scores, scores, rtol=1e-5, atol=1e-5)
 
 
+def test_a_config_with_numpy_numbers_round_trips(tmp_path):
+    """Settings given as NumPy scalars (as code that reads them from arrays does) are saved
+    as plain numbers, and the loaded config equals the fitted one."""
+    cfg = bayesord.RedSVMConfig(n_classes=np.int64(3), max_epochs=np.int32(50))
+    res = bayesord.fit_redsvm(X, Y, np.ones(60), cfg)
+    bayesord.save_result(tmp_path / "fit.npz", res)
+    assert bayesord.load_result(tmp_path / "fit.npz").config == cfg
+
+
 def test_save_result_refuses_what_is_not_a_result(tmp_path):
     with pytest.raises(TypeError, match="fit_<family>"):
         bayesord.save_result(tmp_path / "x.npz", {"coef": np.ones(3)})
