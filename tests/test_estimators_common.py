@@ -436,12 +436,15 @@ def test_random_state_has_one_meaning(est):
 
 @pytest.mark.parametrize("est", [clone(e) for e, _ in CASES if type(e) is not SBOR],
                          ids=[type(e).__name__ for e, _ in CASES if type(e) is not SBOR])
-def test_every_estimator_reports_status_and_keeps_its_result(est):
+def test_every_estimator_reports_status_and_keeps_its_result(est, tmp_path):
     """``status_`` (and ``noise_``, where the model has a noise scale) come from the one
-    estimator base, read from the functional result every estimator keeps as ``result_``."""
+    estimator base, read from the functional result every estimator keeps as ``result_``,
+    also after saving and loading."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # TOR without unlabeled rows, iteration caps
         est.fit(X0, Y0)
+    est.save(tmp_path / "m.npz")
+    np.testing.assert_array_equal(load_model(tmp_path / "m.npz").status_, est.status_)
     status = np.asarray(est.status_)
     assert np.array_equal(status, np.asarray(est.result_.status))
     assert status.dtype.kind == "i" and set(np.ravel(status)) <= {int(s) for s in Status}
