@@ -146,8 +146,8 @@ def kernel_matrix(X, C, gamma, kernel: str = "rbf", degree=2, coef0=1.0, center=
 
     Example:
         >>> import jax.numpy as jnp
-        >>> kernel_matrix(jnp.zeros((1, 2)), jnp.ones((1, 2)), 0.5).round(4)
-        Array([[0.3679]], dtype=float32)
+        >>> round(float(kernel_matrix(jnp.zeros((1, 2)), jnp.ones((1, 2)), 0.5)[0, 0]), 4)
+        0.3679
     """
     if kernel == "rbf":
         return jnp.exp(-gamma * (exact_sq_dists(X, C) if exact else sq_dists(X, C)))

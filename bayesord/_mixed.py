@@ -688,7 +688,7 @@ def fit_mixed(X, y, groups, weights, rtol, *, config: MixedConfig) -> MixedResul
         >>> x = rng.normal(size=(200, 1))
         >>> f = x[:, 0] + rng.normal(size=20)[g] + rng.normal(size=200)
         >>> y = np.digitize(f, [-1.0, 1.0]).astype("int32")
-        >>> res = fit_mixed(x, y, g, np.ones(200), 1e-8,
+        >>> res = fit_mixed(x, y, g, np.ones(200), 1e-6,
         ...                 config=MixedConfig(n_classes=3, n_groups=20))
         >>> bool(res.converged)
         True

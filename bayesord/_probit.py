@@ -322,8 +322,9 @@ def fit_probit(X, y, weights, alpha, rtol, *, config: ProbitConfig, n_classes: i
 
     Example:
         >>> import jax, numpy as np
-        >>> X = np.random.default_rng(0).normal(size=(200, 3))
-        >>> y = np.digitize(X @ np.array([1.0, -1.0, 0.5]), [-1.0, 1.0]).astype("int32")
+        >>> rng = np.random.default_rng(0)
+        >>> X = rng.normal(size=(200, 3))
+        >>> y = np.digitize(X @ np.array([1.0, -1.0, 0.5]) + rng.normal(size=200), [-1.0, 1.0]).astype("int32")
         >>> res = fit_probit(X, y, np.ones(200), 1.0, 1e-6,
         ...                  config=ProbitConfig(), n_classes=3)
         >>> bool(res.converged)

@@ -333,8 +333,8 @@ def swapped_pairs_rate(scores, codes, weights=None, n_ranks: int | None = None, 
 
     Example:
         >>> import jax.numpy as jnp
-        >>> float(swapped_pairs_rate(jnp.array([0.0, 2.0, 1.0]), jnp.array([0, 1, 2])))
-        0.3333333333333333
+        >>> round(float(swapped_pairs_rate(jnp.array([0.0, 2.0, 1.0]), jnp.array([0, 1, 2]))), 6)
+        0.333333
     """
     scores = jnp.asarray(scores)
     codes = jnp.asarray(codes)
