@@ -38,6 +38,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import threading
 import warnings
 from pathlib import Path
 
@@ -198,7 +199,7 @@ class _StoredFitProgram:
             exported = export.export(jax.jit(as_fields))(*leaves)
             try:
                 path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-                tmp = path.with_suffix(f".{os.getpid()}.tmp")
+                tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
                 tmp.write_bytes(exported.serialize())
                 os.replace(tmp, path)
             except OSError:  # a read-only cache: the program still runs, unstored

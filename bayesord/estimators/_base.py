@@ -7,6 +7,7 @@ Estimators hold no numerics.  Each one validates input here, calls a functional
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import contextvars
 import functools
@@ -39,7 +40,7 @@ from .._validation import (
 from ._formula import SavedCoding, coding_state, formula_rows
 
 __all__ = ["BAYES_ONE_CLASS_HINT", "OrdinalEstimator", "SavableMixin", "SnapshotSavableMixin", "binary_columns",
-           "class_from_proba", "fit_key", "fit_rng", "fresh_fit", "internal_fits", "marginal_effects_table", "posterior_table",
+           "class_from_proba", "fit_key", "fit_rng", "fresh_fit", "internal_fits", "run_folds", "marginal_effects_table", "posterior_table",
            "read_model_file", "reset_fitted", "set_input_transform", "solver_tol", "threshold_names", "warn_if_one_class"]
 
 
@@ -555,6 +556,18 @@ def internal_fits():
         yield
     finally:
         _INTERNAL_FIT.reset(token)
+
+
+def run_folds(fn, folds, workers):
+    """``[fn(train, test) for train, test in folds]``, on up to ``workers`` threads.
+
+    Each call runs in a copy of the caller's context (so :func:`internal_fits` and other
+    context variables hold in the threads); the results come back in the folds' order.
+    """
+    if workers <= 1:
+        return [fn(*f) for f in folds]
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(lambda f: contextvars.copy_context().run(fn, *f), folds))
 
 
 # warn_if_one_class predicts at most this many training rows unless they all land in one class.

@@ -104,6 +104,7 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
 
     _scale_sensitive = False  # the fit standardises the columns itself
     _one_class_hint = BAYES_ONE_CLASS_HINT
+    _serial_fits = True  # the width selection records its fits' warnings
 
     _solver_name = ""
 

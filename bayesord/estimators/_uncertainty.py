@@ -9,6 +9,7 @@ layer of :mod:`bayesord.estimators._proba_layer`) and point predictions (:meth:`
 
 from __future__ import annotations
 
+import os
 from typing import NamedTuple
 
 import numpy as np
@@ -26,7 +27,7 @@ from ..uncertainty import (
     sets_from_scores,
 )
 from .._splits import kfold_indices
-from ._base import internal_fits
+from ._base import internal_fits, run_folds
 from ._formula import formula_rows
 
 __all__ = ["ConformalCalibration", "UncertaintyMixin", "check_cv", "fold_indices", "never_held_out"]
@@ -97,6 +98,9 @@ class UncertaintyMixin:
     # cross-fitting copies keep every row (at weight zero off their fold), so all of them
     # have the shape of the calibration rows and compile once.
     _zero_weight_drops_row = False
+    # The fit records warnings (warnings.catch_warnings), which is not thread-safe: its
+    # cross-fitted copies run one after another.
+    _serial_fits = False
     # Whether the model predicts by thresholds_ on one decision_function score, so that
     # calibrate(score="distance") applies.
     _threshold_scores = False
@@ -152,7 +156,8 @@ class UncertaintyMixin:
         parts = [(kept, values_of(self, _rows(X, kept)), self._predicted_codes(_rows(X, kept)))
                  ] if kept.size else []
         X = self._copy_rows(X)
-        for train, test in folds:
+
+        def fold(train, test):
             with internal_fits():
                 if self._zero_weight_drops_row:
                     weights = np.zeros(n)
@@ -160,13 +165,26 @@ class UncertaintyMixin:
                     model = self._fit_copy(X, labels, weights)
                 else:
                     model = self._fit_copy(_rows(X, train), labels[train], None)
-            parts.append((test, values_of(model, _rows(X, test)), model._predicted_codes(_rows(X, test))))
+            return test, values_of(model, _rows(X, test)), model._predicted_codes(_rows(X, test))
+
+        parts += run_folds(fold, folds, self._fold_workers(len(folds)))
         values = np.empty((n,) + parts[-1][1].shape[1:])
         anchor = np.empty(n, dtype=np.int64)
         for rows, part_values, part_anchor in parts:
             values[rows] = part_values
             anchor[rows] = part_anchor
         return values, anchor
+
+    def _fold_workers(self, n_folds):
+        """Threads for the cross-fitted copies: one per core, up to one per fold.  Each
+        copy is an independent fit (the same numbers in any order), and XLA runs a program on
+        one core here, so on 2 cores five folds take about 0.6 of their time one after
+        another.  One thread for a verbose model (its progress lines would interleave) and
+        for the models whose fit records warnings itself (``_serial_fits``: the warnings
+        filter is one per process)."""
+        if getattr(self, "verbose", 0) or self._serial_fits:
+            return 1
+        return max(1, min(n_folds, os.cpu_count() or 1))
 
     def _copy_rows(self, X):
         """The rows as the cross-fitting copies take them: the columns this model was fitted
