@@ -1,5 +1,6 @@
 """One uncertainty API on every estimator: calibrate, predict_set, predict_proba(_interval)."""
 
+import os
 import warnings
 
 import numpy as np
@@ -86,6 +87,19 @@ def test_split_conformal_sets_of_every_estimator_cover_held_out_rows(est):
     np.testing.assert_allclose(est.predict_cumproba(X_STD[TEST[:50]]), np.cumsum(P, axis=1)[:, :-1],
                                atol=1e-9)
     np.testing.assert_allclose(est.predict_expected(X_STD[TEST[:50]]), P @ est.classes_, atol=1e-9)
+
+
+def test_cross_fitted_copies_on_threads_score_as_they_do_one_after_another(monkeypatch):
+    """The fold copies run on threads (one per core); each is an independent fit, so the
+    calibration scores are the same as with the copies fitted one after another."""
+    est = _fit(RedSVM(), rows=np.arange(300))
+    assert est._fold_workers(5) == min(5, os.cpu_count() or 1)
+    est.calibrate(X_STD[:300], Y_ALL[:300], cv=5, random_state=0)
+    threaded = est.conformal_.scores.copy()
+    monkeypatch.setattr(type(est), "_serial_fits", True)
+    assert est._fold_workers(5) == 1
+    est.calibrate(X_STD[:300], Y_ALL[:300], cv=5, random_state=0)
+    np.testing.assert_array_equal(est.conformal_.scores, threaded)
 
 
 @pytest.mark.slow
