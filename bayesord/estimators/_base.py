@@ -40,8 +40,9 @@ from .._validation import (
 from ._formula import SavedCoding, coding_state, formula_rows
 
 __all__ = ["BAYES_ONE_CLASS_HINT", "OrdinalEstimator", "SavableMixin", "SnapshotSavableMixin", "binary_columns",
-           "class_from_proba", "fit_key", "fit_rng", "fresh_fit", "internal_fits", "run_folds", "marginal_effects_table", "posterior_table",
-           "read_model_file", "reset_fitted", "set_input_transform", "solver_tol", "threshold_names", "warn_if_one_class"]
+           "class_from_proba", "fit_key", "fit_rng", "fresh_fit", "internal_fits", "marginal_effects_table",
+           "posterior_table", "read_model_file", "reset_fitted", "run_folds", "set_input_transform", "solver_tol",
+           "threshold_names", "warn_if_one_class"]
 
 
 class OrdinalEstimator(BaseEstimator):
@@ -70,6 +71,21 @@ class OrdinalEstimator(BaseEstimator):
     """
 
     _accept_sparse = False
+    # Why every declared class needs a training row (the end of the error message otherwise).
+    _why_every_class = "every declared class needs at least one sample to place its thresholds"
+    # Whether the fit depends on the columns' offsets (the model does not centre them) and
+    # on their scales (the model does not standardise them).
+    _offset_sensitive = False
+    _scale_sensitive = True
+    # The fewest feature columns a fit takes (0 where the thresholds and group effects alone
+    # make a model).
+    _min_features = 1
+    # How many thresholds_ a fitted model has beyond K - 1 (one per class: K).
+    _extra_thresholds = 0
+    # What to try when a fit predicts one class for every training row (warn_if_one_class).
+    _one_class_hint = ("Standardise the columns, and try a weaker penalty (a larger C) or, for a "
+                       "kernel, a width on the data's scale (gamma='scale'); a fit that stopped early "
+                       "(converged_ False) can do this too.")
 
     @property
     def status_(self):
@@ -86,22 +102,6 @@ class OrdinalEstimator(BaseEstimator):
         if sigma is None:
             raise AttributeError(f"{type(self).__name__} has no latent noise scale")
         return float(np.asarray(sigma))
-
-    # Why every declared class needs a training row (the end of the error message otherwise).
-    _why_every_class = "every declared class needs at least one sample to place its thresholds"
-    # Whether the fit depends on the columns' offsets (the model does not centre them) and
-    # on their scales (the model does not standardise them).
-    _offset_sensitive = False
-    _scale_sensitive = True
-    # The fewest feature columns a fit takes (0 where the thresholds and group effects alone
-    # make a model).
-    _min_features = 1
-    # How many thresholds_ a fitted model has beyond K - 1 (one per class: K).
-    _extra_thresholds = 0
-    # What to try when a fit predicts one class for every training row (warn_if_one_class).
-    _one_class_hint = ("Standardise the columns, and try a weaker penalty (a larger C) or, for a "
-                       "kernel, a width on the data's scale (gamma='scale'); a fit that stopped early "
-                       "(converged_ False) can do this too.")
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
