@@ -561,13 +561,17 @@ def internal_fits():
 def run_folds(fn, folds, workers):
     """``[fn(train, test) for train, test in folds]``, on up to ``workers`` threads.
 
-    Each call runs in a copy of the caller's context (so :func:`internal_fits` and other
-    context variables hold in the threads); the results come back in the folds' order.
+    The first fold runs alone, so the programs every fold shares are compiled once, not
+    once per thread; the others then run on the threads, each in a copy of the caller's
+    context (so :func:`internal_fits` and other context variables hold there).  The
+    results come back in the folds' order.
     """
-    if workers <= 1:
+    folds = list(folds)
+    if workers <= 1 or len(folds) <= 2:
         return [fn(*f) for f in folds]
+    first = fn(*folds[0])
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-        return list(pool.map(lambda f: contextvars.copy_context().run(fn, *f), folds))
+        return [first] + list(pool.map(lambda f: contextvars.copy_context().run(fn, *f), folds[1:]))
 
 
 # warn_if_one_class predicts at most this many training rows unless they all land in one class.
