@@ -105,7 +105,7 @@ def sq_dists(X, C):
     """Squared Euclidean distances, shape (n, m), clipped at zero against rounding.
 
     Expanded as ``|x|^2 + |c|^2 - 2 x.c`` (one matrix product): cheap, but it loses the
-    small distances to cancellation; :func:`distances` does not.
+    small distances to cancellation; :func:`exact_sq_dists` does not.
     """
     xx = jnp.sum(X * X, axis=1)[:, None]
     cc = jnp.sum(C * C, axis=1)[None, :]

@@ -648,7 +648,6 @@ def score_thresholds(scores, codes, weights, n_ranks: int):
 
 
 def _result(config, c, end, coef, basis, gamma, codes, weights):
-    status = end["status"]
     return RankPairsResult(
         config=config,
         coef=coef,
@@ -666,8 +665,8 @@ def _result(config, c, end, coef, basis, gamma, codes, weights):
         qp_gap=c["qp_gap"],
         n_aggregated=c["n_aggregated"],
         n_iter=c["it"],
-        converged=status == Status.SUCCESS,
-        status=status,
+        converged=end["status"] == Status.SUCCESS,
+        status=end["status"],
     )
 
 

@@ -130,12 +130,9 @@ def ordinal_loss(h, theta, b, codes, loss: str):
     return _signed_losses(extended_labels(codes, theta.shape[0] + 1).astype(h.dtype), h, theta, b, loss)
 
 
-def objective(X, codes, c, w, theta, b, loss: str):
-    """Eq. (9): ``|w|^2 / 2 + |theta|^2 / 2 + sum_i c_i sum_k loss(y_i^k (w.x_i - theta_k - b))``.
-
-    ``codes`` are class codes (n,), or the extended labels ``y_i^k`` themselves (n, K-1).
-    """
-    s = codes if codes.ndim == 2 else extended_labels(codes, theta.shape[0] + 1)
+def objective(X, s, c, w, theta, b, loss: str):
+    """Eq. (9): ``|w|^2 / 2 + |theta|^2 / 2 + sum_i c_i sum_k loss(y_i^k (w.x_i - theta_k - b))``
+    for the extended labels ``s = y_i^k`` (n, K-1) of :func:`extended_labels`."""
     h = row_dots(X, w)
     losses = _signed_losses(s.astype(h.dtype), h, theta, b, loss)
     return 0.5 * jnp.dot(w, w) + 0.5 * jnp.dot(theta, theta) + jnp.sum(c * losses)

@@ -43,6 +43,7 @@ from jax import lax
 from ._redsvm import (
     RedSVMConfig,
     SharedNames,
+    extended_labels,
     fit_redsvm,
     margin_loss,
     objective,
@@ -282,7 +283,7 @@ def _fit_tor_impl(X, codes, unlabeled, weight, C1, c2_init, c2_growth, tol, key,
             obj = jnp.where(keep_new, r.objective, st["prev_swapped"])
             labels, n_sw = _swap_round(row_dots(X, w), theta, b, st["labels"], unlabeled, c, loss, K,
                                        config.swap_rule)
-            swapped_obj = jnp.where(n_sw > 0, objective(X, labels, c, w, theta, b, loss), jnp.nan)
+            swapped_obj = jnp.where(n_sw > 0, objective(X, extended_labels(labels, K), c, w, theta, b, loss), jnp.nan)
             i = st["n_ret"]
             stage_done = n_sw == 0
             return dict(

@@ -176,12 +176,13 @@ class UncertaintyMixin:
         return values, anchor
 
     def _fold_workers(self, n_folds):
-        """Threads for the cross-fitted copies: one per core, up to one per fold.  Each
-        copy is an independent fit (the same numbers in any order), and XLA runs a program on
-        one core here, so on 2 cores five folds take about 0.65 of their time one after
-        another (:func:`run_folds` fits the first alone).  One thread for a verbose model (its progress lines would interleave) and
-        for the models whose fit records warnings itself (``_serial_fits``: the warnings
-        filter is one per process)."""
+        """Threads for the cross-fitted copies: one per core, up to one per fold.
+
+        Each copy is an independent fit (the same numbers in any order), and XLA runs a
+        program on one core here, so on 2 cores five folds take about 0.65 of their time one
+        after another (:func:`run_folds` fits the first alone).  One thread for a verbose
+        model (its progress lines would interleave) and for the models whose fit records
+        warnings itself (``_serial_fits``: the warnings filter is one per process)."""
         if getattr(self, "verbose", 0) or self._serial_fits:
             return 1
         return max(1, min(n_folds, os.cpu_count() or 1))
