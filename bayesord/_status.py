@@ -7,6 +7,8 @@ result NamedTuple.  The estimator layer reads the code on the host with
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import enum
 import os
 import sys
@@ -14,7 +16,7 @@ import warnings
 
 from sklearn.exceptions import ConvergenceWarning
 
-__all__ = ["OneClassWarning", "Status", "status_message", "check_status", "warn_user"]
+__all__ = ["OneClassWarning", "Status", "status_message", "check_status", "warn_user", "warnings_at_caller"]
 
 
 class OneClassWarning(UserWarning):
@@ -50,13 +52,47 @@ _SOFT = {Status.MAX_ITER, Status.LINESEARCH_FAILED, Status.CAPACITY_REACHED}
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
+# The user's line a library thread works for (see warnings_at_caller), or None.
+_CALLER = contextvars.ContextVar("bayesord_caller", default=None)
+
+
+def _user_frame(frame):
+    """The first frame from ``frame`` outward that is neither in the bayesord package nor in
+    ``contextlib`` (whose ``__enter__`` runs :func:`warnings_at_caller`)."""
+    while frame is not None and (frame.f_code.co_filename.startswith(_PACKAGE_DIR)
+                                 or frame.f_code.co_filename == contextlib.__file__):
+        frame = frame.f_back
+    return frame
+
+
 def warn_user(message, category=UserWarning) -> None:
     """``warnings.warn`` attributed to the first calling line outside the bayesord package
-    (the user's), however deep inside the library the warning arises."""
-    frame, level = sys._getframe(1), 2
-    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
-        frame, level = frame.f_back, level + 1
-    warnings.warn(message, category, stacklevel=level)
+    (the user's), however deep inside the library the warning arises; on a thread the
+    library started, to the line :func:`warnings_at_caller` recorded."""
+    caller = _CALLER.get()
+    if caller is None:  # the stack holds the user's frame: let warnings.warn find it
+        frame, level = sys._getframe(1), 2
+        while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+            frame, level = frame.f_back, level + 1
+        warnings.warn(message, category, stacklevel=level)
+        return
+    filename, lineno, module_globals = caller
+    warnings.warn_explicit(message, category, filename, lineno, module=module_globals.get("__name__"),
+                           registry=module_globals.setdefault("__warningregistry__", {}),
+                           module_globals=module_globals)
+
+
+@contextlib.contextmanager
+def warnings_at_caller():
+    """Record the user's line that called into the library, so that warnings raised in a
+    copy of this context (:func:`contextvars.copy_context`), such as work handed to threads
+    whose stacks hold no user frame, point at it."""
+    frame = _user_frame(sys._getframe(1))
+    token = _CALLER.set(None if frame is None else (frame.f_code.co_filename, frame.f_lineno, frame.f_globals))
+    try:
+        yield
+    finally:
+        _CALLER.reset(token)
 
 
 def final_status(converged, *, finite=True, failure=None):

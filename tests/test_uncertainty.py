@@ -1,6 +1,7 @@
 """One uncertainty API on every estimator: calibrate, predict_set, predict_proba(_interval)."""
 
 import os
+import sys
 import warnings
 
 import numpy as np
@@ -100,6 +101,23 @@ def test_cross_fitted_copies_on_threads_score_as_they_do_one_after_another(monke
     assert est._fold_workers(5) == 1
     est.calibrate(X_STD[:300], Y_ALL[:300], cv=5, random_state=0)
     np.testing.assert_array_equal(est.conformal_.scores, threaded)
+
+
+def test_warnings_of_threaded_fold_copies_point_at_the_callers_line():
+    """A fold copy fitted on a library thread warns (columns on far-apart scales, an
+    iteration cap) at the user's ``calibrate`` line, as one fitted on the caller's thread
+    does, not at the thread pool's."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 3)) * [1.0, 1e-3, 50.0]
+    y = np.digitize(X @ [1.0, 1000.0, 0.02] + rng.normal(size=300), [-1, 1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = NPSVOR(max_iter=3).fit(X, y)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est.calibrate(X, y, cv=5); line = sys._getframe().f_lineno  # noqa: E702
+    assert len(caught) >= 5  # every fold copy warns
+    assert {(w.filename, w.lineno) for w in caught} == {(__file__, line)}
 
 
 @pytest.mark.slow

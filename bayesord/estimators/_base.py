@@ -27,7 +27,7 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
 from .._results import decode_state, encode_state, state_types
-from .._status import OneClassWarning, Status, warn_user
+from .._status import OneClassWarning, Status, warn_user, warnings_at_caller
 from .._validation import (
     ColumnScaleWarning,
     check_sample_weight,
@@ -562,16 +562,19 @@ def run_folds(fn, folds, workers):
     """``[fn(train, test) for train, test in folds]``, on up to ``workers`` threads.
 
     The first fold runs alone, so the programs every fold shares are compiled once, not
-    once per thread; the others then run on the threads, each in a copy of the caller's
-    context (so :func:`internal_fits` and other context variables hold there).  The
-    results come back in the folds' order.
+    once per thread; the others then run on the threads, each in its own copy of the
+    caller's context (so :func:`internal_fits` holds there, and warnings point at the
+    user's line, :func:`bayesord._status.warnings_at_caller`).  The results come back in
+    the folds' order.
     """
     folds = list(folds)
     if workers <= 1 or len(folds) <= 2:
         return [fn(*f) for f in folds]
     first = fn(*folds[0])
+    with warnings_at_caller():
+        contexts = [contextvars.copy_context() for _ in folds[1:]]
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-        return [first] + list(pool.map(lambda f: contextvars.copy_context().run(fn, *f), folds[1:]))
+        return [first] + list(pool.map(lambda cf: cf[0].run(fn, *cf[1]), zip(contexts, folds[1:])))
 
 
 # warn_if_one_class predicts at most this many training rows unless they all land in one class.
