@@ -61,7 +61,9 @@ class OrdinalEstimator(BaseEstimator):
       depends on column offsets (``_offset_sensitive``), when a column's |mean|/sd
       exceeds 10^3.  Constant columns are left out of both checks, and models that
       standardise their columns themselves (``_scale_sensitive = False``: the Bayesian
-      models) are not checked.  A kernel matrix has no feature columns to check.
+      models) are not checked.  A kernel matrix has no feature columns to check.  The
+      library's own refits (:func:`internal_fits`: cross-fitted copies, bootstrap draws)
+      leave the warning to the user's fit.
     * A fit that predicts one class for every training row whose labels hold several warns
       (:class:`bayesord.OneClassWarning`, with ``_one_class_hint``): no silent degenerate
       model.
@@ -170,7 +172,7 @@ class OrdinalEstimator(BaseEstimator):
             raise ValueError(f"classes={list(classes)!r} passed to fit differs from the estimator's "
                              f"classes={list(own)!r}; give one of them")
         X, names = check_X(X, accept_sparse=self._accept_sparse, min_features=self._min_features)
-        if self._scale_sensitive and getattr(self, "kernel", None) != "precomputed":
+        if self._scale_sensitive and getattr(self, "kernel", None) != "precomputed" and not _INTERNAL_FIT.get():
             problem = column_scale_problems(X, names, offsets=self._offset_sensitive)
             if problem:
                 warn_user(f"{type(self).__name__}: {problem}. One penalty or kernel width for all "
@@ -550,7 +552,8 @@ _INTERNAL_FIT = contextvars.ContextVar("bayesord_internal_fit", default=False)
 def internal_fits():
     """Fits made inside are the library's own refits of a model the user already fitted
     (cross-fitted copies, probability layers, bootstrap draws): the one-class check of
-    :func:`fresh_fit`, which costs a prediction program per fit, is left to the user's fit."""
+    :func:`fresh_fit`, which costs a prediction program per fit, and the column-scale
+    warning, which would repeat the user's fit's once per copy, are left to the user's fit."""
     token = _INTERNAL_FIT.set(True)
     try:
         yield
