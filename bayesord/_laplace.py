@@ -107,6 +107,10 @@ def _log_post(w, Phi, y, weights, b, sigma, alpha, link):
     return ordinal_loglik(f, y, b, sigma, link, weights) - 0.5 * jnp.sum(alpha * w * w)
 
 
+# The smallest relative tolerance a Newton solve is asked for, in units of the dtype's eps.
+_ROUNDING_FLOOR = 4
+
+
 def _termination(decrement, value, rtol):
     """Newton decrement criterion scaled by the objective: atol + rtol * |value|."""
     return 0.5 * decrement <= rtol * (1.0 + jnp.abs(value))
@@ -149,12 +153,15 @@ def newton_ascent(evaluate, derivatives, solve, x0, rtol, max_iter, extra0=None)
     last step makes ``x`` accurate enough for implicit differentiation, and the returned
     factor belongs to the returned point.  The polishing step is accepted unless it lowers
     the objective by more than the tolerance (its gain is below rounding there); a worse one
-    is dropped.
+    is dropped.  ``rtol`` is raised to ``4 eps`` of the dtype where it is smaller: a gain
+    below the objective's rounding cannot be seen, and a float32 solve asked for 1e-10
+    would otherwise run to ``max_iter`` every time.
 
     Returns:
         (x, value, factor, extra, n_iter, converged, status).
     """
     dtype = x0.dtype
+    rtol = jnp.maximum(jnp.asarray(rtol, dtype), _ROUNDING_FLOOR * jnp.finfo(dtype).eps)
 
     def accept_point(c, x, value, aux):
         grad, prec, extra, inner_ok = derivatives(x, aux)

@@ -401,3 +401,22 @@ def test_sbor_on_labels_without_signal_ends_at_the_class_frequencies():
 def test_config_rejects_capacity_below_classes():
     with pytest.raises(ValueError, match="capacity"):
         ISBORConfig(n_classes=4, capacity=3)
+
+
+def test_float32_newton_asked_for_less_than_rounding_still_converges():
+    """A float32 solve with rtol=1e-10 (below float32's rounding on 2,000 rows; a wide kernel
+    and weak priors, as early in an ISBOR fit) stops at the float64 MAP in a few steps
+    instead of running to its iteration cap."""
+    X, y = tiny_data(seed=3, n=2000)
+    Phi = np.asarray(kernel_matrix(X, X[:20], 0.1))
+    b, alpha = np.array([-0.4, 0.5]), np.full(20, 1e-3)
+    ref = newton_map(jnp.asarray(Phi), jnp.asarray(y), jnp.ones(2000), b, 1.0, alpha, jnp.zeros(20), 1e-13)
+    f32 = lambda a: jnp.asarray(a, jnp.float32)  # noqa: E731
+    r32 = newton_map(f32(Phi), jnp.asarray(y), jnp.ones(2000, jnp.float32), f32(b), jnp.float32(1.0), f32(alpha),
+                     jnp.zeros(20, jnp.float32), 1e-10, max_iter=40)
+    assert r32.w.dtype == jnp.float32
+    assert int(r32.status) == Status.SUCCESS and int(r32.n_iter) < 15
+    # The weights of a wide kernel are ill-determined; the fit and its objective are not.
+    np.testing.assert_allclose(float(r32.log_post), float(ref.log_post), rtol=1e-5)
+    np.testing.assert_allclose(Phi @ np.asarray(r32.w, float), Phi @ np.asarray(ref.w), atol=2e-2)
+
