@@ -420,3 +420,22 @@ def test_float32_newton_asked_for_less_than_rounding_still_converges():
     np.testing.assert_allclose(float(r32.log_post), float(ref.log_post), rtol=1e-5)
     np.testing.assert_allclose(Phi @ np.asarray(r32.w, float), Phi @ np.asarray(ref.w), atol=2e-2)
 
+
+@pytest.mark.parametrize("patience", [1, 3])
+def test_patience_flat_iterations_end_the_fit(patience):
+    """With ``patience=P`` a converged fit ends either on the paper's rule (best predicted
+    gain and the last change below min_delta) or after P flat iterations in a row, and no
+    earlier run of P flat iterations went on (checked on the evidence trace in NumPy).  On
+    these rows the default patience meets a run of six flat (rejected) iterations."""
+    X, y = tiny_data(seed=5)
+    r = run_isbor(X, y, theta=3.0, config=dataclasses.replace(CONFIG, patience=patience))
+    assert bool(r.converged)
+    n = int(r.n_iter)
+    flat = np.abs(np.diff(np.asarray(r.evidence_trace)[: n + 1])) < 1e-2
+    assert flat[-1]
+    run = 0
+    for i, f in enumerate(flat[:-1]):
+        run = run + 1 if f else 0
+        assert run < patience, f"iteration {i}: {patience} flat iterations in a row did not stop the fit"
+    if patience == 1:  # Algorithm 1, line 17: the first flat iteration ends it
+        assert flat.sum() == 1

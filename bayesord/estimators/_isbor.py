@@ -520,6 +520,9 @@ class ISBOR(_SparseBayesOrdinal):
         min_delta: stopping tolerance on the log evidence (nats).  On thousands of rows
             ``1e-3 * n`` gives models of the paper's size in a fraction of the time
             (``docs/isbor.md``, Benchmarks).
+        patience: the fit also stops, as converged, after this many iterations in a row
+            that each changed the log evidence by less than ``min_delta`` (rejected
+            proposals, in practice; Algorithm 1 stops after one such iteration).
         n_centres: restrict candidate centres to this many training rows (``None``: all).
             Cost per iteration is proportional to the number of candidates.
         centre_selection: ``"random"`` or ``"kmeans++"`` for ``n_centres``.
@@ -554,7 +557,7 @@ class ISBOR(_SparseBayesOrdinal):
         evidence_trace_: log evidence after each iteration.
         actions_: the action taken each iteration (add, re-estimate, delete, ...).
         n_iter_: iterations of Algorithm 1.
-        converged_: whether the evidence change fell below ``min_delta``.
+        converged_: whether the stopping rule was met (``min_delta``, ``patience``).
         status_: the solver's status code.
         n_pruned_: relevance vectors pruned for a numerically huge alpha.
         classes_: the ordered labels.
@@ -572,9 +575,9 @@ class ISBOR(_SparseBayesOrdinal):
 
     def __init__(self, kernel="rbf", theta="auto", theta_grid="scale", theta_selection="cv",
                  cv=5, cv_scoring="log_loss", selection_max_samples=2000, degree=2, capacity=128, max_iter=500,
-                 min_delta=1e-2, n_centres=None, centre_selection="random", block_size=256, cache_bytes=2**30,
-                 link="probit", learn_noise=True, joint_reestimate=True, classes=None, n_draws=200,
-                 random_state=None, verbose=0):
+                 min_delta=1e-2, patience=30, n_centres=None, centre_selection="random", block_size=256,
+                 cache_bytes=2**30, link="probit", learn_noise=True, joint_reestimate=True, classes=None,
+                 n_draws=200, random_state=None, verbose=0):
         self.kernel = kernel
         self.theta = theta
         self.theta_grid = theta_grid
@@ -586,6 +589,7 @@ class ISBOR(_SparseBayesOrdinal):
         self.capacity = capacity
         self.max_iter = max_iter
         self.min_delta = min_delta
+        self.patience = patience
         self.n_centres = n_centres
         self.centre_selection = centre_selection
         self.block_size = block_size
@@ -600,10 +604,11 @@ class ISBOR(_SparseBayesOrdinal):
 
     def _config(self, n, n_cand, n_classes, dtype):
         return dataclasses.replace(super()._config(n, n_cand, n_classes, dtype),
-                                   joint_reestimate=bool(self.joint_reestimate))
+                                   joint_reestimate=bool(self.joint_reestimate), patience=int(self.patience))
 
     def _check_params(self, n, n_classes):
         super()._check_params(n, n_classes)
+        check_positive_ints(self, "patience")
         if isinstance(self.capacity, bool) or not isinstance(self.capacity, numbers.Integral) \
                 or self.capacity < n_classes:
             raise ValueError(f"capacity ({self.capacity!r}) must be an integer at least the number of "
