@@ -512,7 +512,9 @@ class ISBOR(_SparseBayesOrdinal):
             of LOO) or ``"mae"`` (minus the held-out MAE, the paper's protocol, for when only
             the labels matter).
         selection_max_samples: width selection runs on a random subset of at most this many
-            rows (the final fit always uses all rows).
+            rows (the final fit always uses all rows).  Each fold fit costs about the square
+            of its rows, so 1,000 (the default) keeps the selection to seconds
+            (``docs/isbor.md``).
         degree: polynomial degree for ``"poly"``.
         capacity: maximum number of relevance vectors (active-set buffer size).  Reaching it
             stops the fit with a warning.
@@ -574,7 +576,7 @@ class ISBOR(_SparseBayesOrdinal):
     _solver = staticmethod(_isbor_solve)
 
     def __init__(self, kernel="rbf", theta="auto", theta_grid="scale", theta_selection="cv",
-                 cv=5, cv_scoring="log_loss", selection_max_samples=2000, degree=2, capacity=128, max_iter=500,
+                 cv=5, cv_scoring="log_loss", selection_max_samples=1000, degree=2, capacity=128, max_iter=500,
                  min_delta=1e-2, patience=30, n_centres=None, centre_selection="random", block_size=256,
                  cache_bytes=2**30, link="probit", learn_noise=True, joint_reestimate=True, classes=None,
                  n_draws=200, random_state=None, verbose=0):
