@@ -17,6 +17,8 @@ the command compile the same programs:
   .fit(method="bfgs")``.
 * Whole scripts, wall time from the parent: ``bayesord fit train.csv`` cold and warm,
   statsmodels' script (import, read, fit), and ``bayesord --help``.
+* With ``--isbor``, also ``ISBOR().fit(X, y)`` with its defaults (kernel width by 5-fold CV,
+  float32: JAX's default precision) with the cache off, cold and warm, and its second fit.
 
 Run: ``python benchmarks/latency_bench.py`` (``--quick``: one repeat).  Prints the table
 and the ratios against statsmodels, and writes ``benchmarks/results/latency.json``.
@@ -52,6 +54,10 @@ def _worker(kind, csv):
         import bayesord
 
         model_cls = bayesord.OrdinalProbit
+    elif kind == "isbor":
+        import bayesord
+
+        model_cls = bayesord.ISBOR
     else:
         from statsmodels.miscmodels.ordinal_model import OrderedModel
     out = {"import_s": time.perf_counter() - t0}
@@ -77,9 +83,10 @@ def _worker(kind, csv):
     t0 = time.perf_counter()
     model_cls().fit(X, y)
     out["second_fit_s"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    model_cls().fit(X[:-100], y[:-100])
-    out["new_n_fit_s"] = time.perf_counter() - t0
+    if kind == "bayesord":
+        t0 = time.perf_counter()
+        model_cls().fit(X[:-100], y[:-100])
+        out["new_n_fit_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     proba = model.predict_proba(X)
     out["predict_proba_s"] = time.perf_counter() - t0
@@ -133,7 +140,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one repeat")
     parser.add_argument("--repeats", type=int, default=3, help="fresh processes per figure (median)")
-    parser.add_argument("--worker", choices=["bayesord", "statsmodels"], help=argparse.SUPPRESS)
+    parser.add_argument("--isbor", action="store_true", help="also time ISBOR() with its defaults")
+    parser.add_argument("--worker", choices=["bayesord", "isbor", "statsmodels"], help=argparse.SUPPRESS)
     parser.add_argument("--csv", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -162,6 +170,11 @@ def main():
                                                     "--force"], cli_cache),
                 ("bayesord --help", cli + ["--help"], "off"),
             ]
+            if args.isbor:
+                isbor_cache = Path(tmp) / f"isbor{r}"
+                worker = me + ["--worker", "isbor", "--csv", csv]
+                steps += [("ISBOR, cache off", worker, "off"), ("ISBOR, cold cache", worker, isbor_cache),
+                          ("ISBOR, warm cache", worker, isbor_cache)]
             for name, command, cache in steps:
                 wall, stdout = _run(command, _env(cache))
                 record = {"wall_s": wall}
@@ -199,8 +212,12 @@ def main():
         "bayesord fit warm / statsmodels fit": median("bayesord fit, warm cache", "wall_s") / sm_fit,
         "bayesord --help (s)": median("bayesord --help", "wall_s"),
     }
+    if args.isbor:
+        ratios.update({f"ISBOR first fit, {c} (s)": median(f"ISBOR, {c}", "fit_s")
+                       for c in ("cache off", "cold cache", "warm cache")})
+        ratios["ISBOR compiled fit (s)"] = median("ISBOR, warm cache", "second_fit_s")
     sizes = runs["cache size (MiB)"][-1]
-    print("\nratios (bayesord / statsmodels, measured in this run):")
+    print("\nratios (bayesord / statsmodels, measured in this run) and ISBOR's seconds:")
     for k, v in ratios.items():
         print(f"  {k}: {v:.3g}")
     print(f"\ncache after one cold and one warm run: Python {sizes['python']:.1f} MiB, "
