@@ -37,7 +37,7 @@ from ._base import (
     solver_tol,
     threshold_names,
 )
-from ._formula import check_formula_data, design_matrix, formula_rows, split_formula
+from ._formula import check_formula_data, design_matrix, formula_rows, predictors, split_formula
 from ._uncertainty import UncertaintyMixin
 
 __all__ = ["CumulativeLinkModel"]
@@ -187,10 +187,11 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
                 raise TypeError(f"from_formula takes the columns from its formulas; do not pass {name}=")
         response, fixed, _, _ = split_formula(formula, group_term=False)
         check_formula_data(formula, data, response)
-        parts = {"location": design_matrix(fixed, data)}
+        terms_data = predictors(data, response)
+        parts = {"location": design_matrix(fixed, terms_data)}
         for name, extra in (("nominal", nominal), ("scale", scale)):
             if extra is not None:
-                parts[name] = design_matrix(_one_sided(extra, name), data)
+                parts[name] = design_matrix(_one_sided(extra, name), terms_data)
         if "nominal" in parts:
             both = sorted(set(parts["location"][0].columns) & set(parts["nominal"][0].columns))
             if both:

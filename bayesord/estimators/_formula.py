@@ -30,6 +30,13 @@ def check_formula_data(formula, data, *columns):
                              f"(columns: {list(data.columns)})")
 
 
+def predictors(data, response):
+    """The columns a formula's terms are built from: every column of ``data`` but the
+    response, as in R, where ``y ~ .`` means every other column.  (The terms alone, built
+    from every column, would make the response a predictor of itself.)"""
+    return data.drop(columns=response)
+
+
 def split_formula(formula, group_term=True):
     """``"y ~ a + b + (1 + a | g)"`` -> ``("y", "a + b", "g", "a")``.
 

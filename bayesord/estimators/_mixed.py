@@ -38,7 +38,7 @@ from ._base import (
     solver_tol,
     threshold_names,
 )
-from ._formula import check_formula_data, design_matrix, group_columns, slope_columns, split_formula
+from ._formula import check_formula_data, design_matrix, group_columns, predictors, slope_columns, split_formula
 from ._uncertainty import UncertaintyMixin
 
 __all__ = ["OrdinalMixed"]
@@ -212,7 +212,7 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         response, fixed, group, slope_terms = split_formula(formula)
         factors = [group] if isinstance(group, str) else list(group)
         check_formula_data(formula, data, response, *{c for f in factors for c in f.split(":")})
-        X, spec = design_matrix(fixed, data)
+        X, spec = design_matrix(fixed, predictors(data, response))
         if "random_slopes" in params:
             raise TypeError("from_formula takes the random slopes from the formula's '(1 + x | group)', "
                             "not from random_slopes=")

@@ -34,7 +34,7 @@ from ._base import (
     solver_tol,
     threshold_names,
 )
-from ._formula import check_formula_data, design_matrix, split_formula
+from ._formula import check_formula_data, design_matrix, predictors, split_formula
 from ._uncertainty import UncertaintyMixin
 
 __all__ = ["OrdinalProbit"]
@@ -144,7 +144,7 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         """
         response, terms, _, _ = split_formula(formula, group_term=False)
         check_formula_data(formula, data, response)
-        X, spec = design_matrix(terms, data)
+        X, spec = design_matrix(terms, predictors(data, response))
         model = cls(**params).fit(X, data[response], sample_weight=sample_weight)
         model.formula_ = formula
         model._spec = spec
