@@ -191,7 +191,9 @@ def test_theta_auto_by_cv_equals_separate_fold_fits(data, scoring):
     for t, score in zip(grid, scores):
         loss = np.zeros(len(y))
         for k in range(3):
-            res = est._solver(Xj, yj, jnp.asarray(folds != k, float), cand, key, t, est.min_delta, config)
+            # The fold fits' documented tolerance: min_delta or 1e-3 nats per row, the looser.
+            res = est._solver(Xj, yj, jnp.asarray(folds != k, float), cand, key, t,
+                              max(est.min_delta, 1e-3 * len(y)), config)
             pred = predict_isbor(res, Xj[folds == k])
             if scoring == "mae":
                 loss[folds == k] = np.abs(np.asarray(pred.labels) - y[folds == k])
@@ -206,11 +208,12 @@ def test_cv_width_search_stops_after_two_widths_in_a_row_score_below_the_best(da
     import bayesord.estimators._isbor as est
 
     X, y = data
-    tried = []
+    tried, tolerances = [], []
 
     def fake_folds(theta, weights, X, y, cand, key, min_delta, *, solver, config):
         theta = float(theta)
         tried.append(theta)
+        tolerances.append(min_delta)
         q = 0.9 / theta  # the true class's probability falls as the kernel narrows
         proba = np.full((weights.shape[0], len(y), 3), (1 - q) / 2)
         proba[:, np.arange(len(y)), np.asarray(y)] = q
@@ -222,6 +225,11 @@ def test_cv_width_search_stops_after_two_widths_in_a_row_score_below_the_best(da
     assert model.theta_ == 1.0
     np.testing.assert_array_equal(np.isnan(model.theta_grid_scores_), [False, False, True, False, True])
     assert np.nanargmax(model.theta_grid_scores_) == 1
+    # The fold fits stop at min_delta or at 1e-3 nats per selection row, the looser.
+    assert tolerances == [pytest.approx(1e-3 * len(y))] * 3
+    tolerances.clear()
+    small_model(theta="auto", theta_grid=(1.0,), cv=3, min_delta=0.5).fit(X, y)
+    assert tolerances == [0.5]
 
 
 @pytest.mark.slow
