@@ -116,12 +116,14 @@ def status_message(code) -> str:
     return _MESSAGES[Status(int(code))]
 
 
-def check_status(code, where: str) -> None:
+def check_status(code, where: str, hints=None) -> None:
     """Turn a solver status into a warning or an error on the host.
 
     Args:
         code: integer status (scalar, or an array whose worst entry is used).
         where: name of the solver, used in the message.
+        hints: optional ``{Status: text}``, what the user can do about a status; appended
+            to its message.
 
     Raises:
         FloatingPointError: for ``NONFINITE``, ``NOT_POSITIVE_DEFINITE`` and ``DIVERGED``:
@@ -138,6 +140,8 @@ def check_status(code, where: str) -> None:
         return
     worst = max(bad, key=lambda s: (s not in _SOFT, int(s)))
     msg = f"{where}: {status_message(worst)} (status {worst.name})"
+    if hints and worst in hints:
+        msg += f"; {hints[worst]}"
     if worst in _SOFT:
         warn_user(msg, ConvergenceWarning)
     else:

@@ -27,7 +27,7 @@ from .._isbor import (
 )
 from .._progress import check_verbose, prefix
 from .._shapes import bucket_rows, pad_rows
-from .._status import check_status, warn_user
+from .._status import Status, check_status, warn_user
 from ._base import (
     BAYES_ONE_CLASS_HINT,
     OrdinalEstimator,
@@ -202,7 +202,9 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
             # (predictions standardise on the host too: _predict_raw).
             res = res._replace(center=center + scale * np.asarray(res.center, np.float64),
                                scale=scale * np.asarray(res.scale, np.float64))
-        check_status(int(res.status), self._solver_name)
+        check_status(int(res.status), self._solver_name, hints={Status.CAPACITY_REACHED: (
+            f"it holds capacity={config.capacity} relevance vectors and would add more: pass a "
+            f"larger capacity (e.g. ISBOR(capacity={2 * config.capacity})) or a wider kernel (a smaller theta)")})
         self._store(res)
         return self
 
@@ -523,7 +525,7 @@ class ISBOR(_SparseBayesOrdinal):
             (``docs/isbor.md``).
         degree: polynomial degree for ``"poly"``.
         capacity: maximum number of relevance vectors (active-set buffer size).  Reaching it
-            stops the fit with a warning.
+            stops the fit with a ``ConvergenceWarning`` that says what to pass instead.
         max_iter: cap on Algorithm 1 iterations.
         min_delta: stopping tolerance on the log evidence (nats).  On thousands of rows
             ``1e-3 * n`` gives models of the paper's size in a fraction of the time
