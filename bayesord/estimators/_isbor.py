@@ -56,7 +56,7 @@ SCALE_GRID = (0.1, 0.3, 1.0, 3.0)
 CV_PATIENCE = 2
 # The CV fold fits stop at min_delta or at this many nats per selection row, whichever is
 # looser: they only have to rank the widths.  On 4,000 rows of cpu_small (1,000 selection
-# rows) the search took 10.3 s at min_delta=0.01 and 1.3 s at 1.0, choosing the same width.
+# rows) the search took 10.3 s at min_delta=0.01 and 1.1-1.3 s at 1.0, choosing the same width.
 CV_MIN_DELTA_PER_ROW = 1e-3
 _SELECTIONS = ("evidence", "loo", "cv")
 _CV_SCORINGS = ("mae", "log_loss")
