@@ -65,16 +65,18 @@ def _user_frame(frame):
     return frame
 
 
+def _site(frame):
+    """(file name, line, module globals) of ``frame``, or None."""
+    return None if frame is None else (frame.f_code.co_filename, frame.f_lineno, frame.f_globals)
+
+
 def warn_user(message, category=UserWarning) -> None:
     """``warnings.warn`` attributed to the first calling line outside the bayesord package
     (the user's), however deep inside the library the warning arises; on a thread the
     library started, to the line :func:`warnings_at_caller` recorded."""
-    caller = _CALLER.get()
-    if caller is None:  # the stack holds the user's frame: let warnings.warn find it
-        frame, level = sys._getframe(1), 2
-        while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
-            frame, level = frame.f_back, level + 1
-        warnings.warn(message, category, stacklevel=level)
+    caller = _CALLER.get() or _site(_user_frame(sys._getframe(1)))
+    if caller is None:  # no frame outside the package (the library called from itself)
+        warnings.warn(message, category, stacklevel=2)
         return
     filename, lineno, module_globals = caller
     warnings.warn_explicit(message, category, filename, lineno, module=module_globals.get("__name__"),
@@ -87,8 +89,7 @@ def warnings_at_caller():
     """Record the user's line that called into the library, so that warnings raised in a
     copy of this context (:func:`contextvars.copy_context`), such as work handed to threads
     whose stacks hold no user frame, point at it."""
-    frame = _user_frame(sys._getframe(1))
-    token = _CALLER.set(None if frame is None else (frame.f_code.co_filename, frame.f_lineno, frame.f_globals))
+    token = _CALLER.set(_site(_user_frame(sys._getframe(1))))
     try:
         yield
     finally:
