@@ -32,8 +32,9 @@ Tables and results go to stdout either way.
 
 Compiled programs are kept on disk between runs (JAX's persistent compilation cache, the
 same folder the library uses, see :mod:`bayesord._compile_cache`), so a second ``bayesord
-fit`` of the same shapes skips most of the compilation.  ``--help`` and argument errors
-are answered before JAX is imported.
+fit`` of the same shapes skips most of the compilation.  ``--help``, argument errors and
+the errors in the files named (a missing CSV or model file, an ``--out`` that exists or is an
+input) are answered before JAX is imported: in about a second rather than two.
 """
 
 from __future__ import annotations
@@ -55,6 +56,9 @@ __all__ = ["main"]
 
 
 def _configure_jax():
+    """Float64 and the compilation cache.  Each command calls this where it first needs JAX,
+    after the checks that need only the arguments and the files, so that their errors come
+    without the second that importing JAX takes."""
     # XLA_FLAGS (single-threaded Eigen) is set by importing the package: bayesord/__init__.py.
     import jax
 
@@ -67,6 +71,7 @@ def _configure_jax():
 def _demo(args) -> int:
     import pandas as pd
 
+    _configure_jax()
     from . import _progress, metrics
     from .datasets import make_ordinal_probit, stratified_split
 
@@ -203,6 +208,7 @@ def _parse_param(text):
 
 def _make_model(args):
     """The estimator that ``--model`` names, with the options and ``--param`` values given."""
+    _configure_jax()
     from . import estimators
 
     cls = getattr(estimators, COMMANDS[args.model].name)
@@ -257,12 +263,17 @@ def _feature_frame(path, target, names, argument):
         raise ValueError(f"argument {argument}: {path} has a header but no rows")
     if target and target in frame.columns:
         frame = frame.drop(columns=[target])
-    if names is not None:
-        missing = [c for c in names if c not in frame.columns]
-        if missing:
-            raise ValueError(f"argument {argument}: {path} lacks feature columns {missing}")
-        frame = frame[list(names)]
-    return frame
+    return _feature_columns(frame, names, path, argument)
+
+
+def _feature_columns(frame, names, path, argument):
+    """The columns ``names`` of ``frame`` in that order (all of them for ``names=None``)."""
+    if names is None:
+        return frame
+    missing = [c for c in names if c not in frame.columns]
+    if missing:
+        raise ValueError(f"argument {argument}: {path} lacks feature columns {missing}")
+    return frame[list(names)]
 
 
 def _output_path(text, flag, inputs, force):
@@ -332,13 +343,14 @@ def _standardization(X):
 def _formula_class(args):
     """The estimator a ``--formula`` fit makes: OrdinalMixed for a group term, the cumulative
     link model with ``--nominal``/``--scale``, else OrdinalProbit (``--model probit``)."""
+    if args.model != "probit":
+        raise ValueError(f"--formula fits the probit family (OrdinalProbit, the mixed model with a group "
+                         f"term, the cumulative link model with --nominal/--scale), not --model {args.model}")
+    _configure_jax()
     from . import estimators
     from .estimators._formula import has_group_term
 
     grouped = has_group_term(args.formula)
-    if args.model != "probit":
-        raise ValueError(f"--formula fits the probit family (OrdinalProbit, the mixed model with a group "
-                         f"term, the cumulative link model with --nominal/--scale), not --model {args.model}")
     if grouped and (args.nominal or args.scale):
         raise ValueError("--nominal and --scale do not combine with a group term (the mixed model has "
                          "neither)")
@@ -349,15 +361,14 @@ def _formula_class(args):
 
 def _fit_formula(args) -> int:
     """``fit --formula``: the raw CSV through the formula (text columns coded by it)."""
-    from . import _progress
-
     if args.unlabeled is not None or args.calibrate_on is not None:
         raise ValueError("--formula takes neither --unlabeled nor --calibrate-on")
-    cls = _formula_class(args)
-    if args.calibrate is not None and not hasattr(cls, "calibrate"):
-        raise ValueError(f"--calibrate: {cls.__name__} has no conformal calibration yet")
     frame = _feature_frame(args.data, None, None, "DATA")
     out = _output_path(args.out, "--out", {"DATA": args.data}, args.force)
+    cls = _formula_class(args)
+    from . import _progress
+    if args.calibrate is not None and not hasattr(cls, "calibrate"):
+        raise ValueError(f"--calibrate: {cls.__name__} has no conformal calibration yet")
     params = _model_params(args, cls)
     extra = {name: getattr(args, name) for name in ("nominal", "scale") if getattr(args, name)}
     response = args.formula.split("~")[0].strip()
@@ -388,8 +399,6 @@ def _fit_formula(args) -> int:
 def _fit(args) -> int:
     import pandas as pd
 
-    from .estimators._base import set_input_transform
-
     if args.formula is not None:
         return _fit_formula(args)
     if args.nominal or args.scale:
@@ -398,12 +407,12 @@ def _fit(args) -> int:
     classes = _parse_classes(args.classes, y, args.target)
     if args.unlabeled is not None and args.model != "tor":
         raise ValueError(f"--unlabeled applies to --model tor, not {args.model}")
-    model = _make_model(args)
     unlabeled = None if args.unlabeled is None else _feature_frame(args.unlabeled, args.target, names,
                                                                    "--unlabeled")
     calibration = _calibration_rows(args, names)
     out = _output_path(args.out, "--out", {"DATA": args.data, "--unlabeled": args.unlabeled,
                                            "--calibrate-on": args.calibrate_on}, args.force)
+    model = _make_model(args)
     if args.standardize and getattr(model, "kernel", None) == "precomputed":
         raise ValueError("--kernel precomputed reads a kernel matrix, whose columns must not be "
                          "standardised: add --no-standardize")
@@ -421,6 +430,8 @@ def _fit(args) -> int:
               "fits the raw columns)")
     _fit_reporting(model, frame, y, classes, unlabeled, args)
     if args.standardize:
+        from .estimators._base import set_input_transform
+
         set_input_transform(model, center, scale)
     if calibration is not None or args.calibrate is not None:
         _calibrate(model, raw, y, calibration, args)
@@ -564,15 +575,21 @@ def _print_fit(model, frame, y, args):
 def _predict(args) -> int:
     import pandas as pd
 
+    alphas = _parse_alphas(args.set)
+    if args.risk != "coverage" and alphas is None:
+        raise ValueError("--risk goes with --set ALPHA (it says what ALPHA bounds)")
+    if not Path(args.model).is_file():
+        raise ValueError(f"argument MODEL: no model file {args.model}")
+    frame = _feature_frame(args.data, args.target, None, "DATA")
+    out_path = None if args.out is None else _output_path(args.out, "--out", {"MODEL": args.model,
+                                                                              "DATA": args.data}, args.force)
+    _configure_jax()
     from .estimators import load_model
 
     model = load_model(args.model)
     # A model fitted from a formula codes the raw columns itself (text ones among them).
     names = None if getattr(model, "formula_", None) is not None else getattr(model, "feature_names_in_", None)
-    frame = _feature_frame(args.data, args.target, names, "DATA")
-    alphas = _parse_alphas(args.set)
-    if args.risk != "coverage" and alphas is None:
-        raise ValueError("--risk goes with --set ALPHA (it says what ALPHA bounds)")
+    frame = _feature_columns(frame, names, args.data, "DATA")
     if (args.proba or args.uncertainty or alphas is not None) and not hasattr(model, "predict_proba"):
         raise ValueError(f"{args.model} holds a {type(model).__name__} that was fitted without "
                          "calibration, so it gives labels and scores only: fit it with --calibrate K "
@@ -580,8 +597,6 @@ def _predict(args) -> int:
     if alphas is not None and getattr(model, "conformal_", None) is None:
         raise ValueError(f"{args.model} was fitted without calibration: fit it with --calibrate K or "
                          "--calibrate-on CSV for conformal prediction sets")
-    out_path = None if args.out is None else _output_path(args.out, "--out", {"MODEL": args.model,
-                                                                              "DATA": args.data}, args.force)
     out = pd.DataFrame({"prediction": model.predict(frame)})
     if args.proba or args.uncertainty:
         proba = model.predict_proba(frame)
@@ -789,13 +804,12 @@ def main(argv=None) -> int:
     args = _parser().parse_args(argv)  # --help and argument errors exit here, before JAX loads
     with warnings.catch_warnings():
         warnings.showwarning = lambda message, *_, **__: _warning_line(args.command, message)
-        _configure_jax()
-        from . import _progress
-
         try:
             return args.func(args)
         except (ValueError, TypeError, OSError) as err:
-            _progress.finish()
+            progress = sys.modules.get(f"{__package__}._progress")  # loaded with JAX, if at all
+            if progress is not None:
+                progress.finish()
             text = " ".join(str(err).split())
             print(f"bayesord {args.command}: error: {text}", file=sys.stderr)
             return 2

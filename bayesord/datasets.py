@@ -23,7 +23,6 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.special import ndtri
 
-from ._links import get_link
 from ._splits import kfold_indices, kfold_masks, random_split, stratified_split
 
 __all__ = [
@@ -497,6 +496,8 @@ def make_ordinal_probit(
         >>> X.shape, truth.thresholds.shape
         ((200, 3), (3,))
     """
+    from ._links import get_link  # JAX: imported here so that reading a CSV does not load it
+
     for name, value, least in (("n", n, 1), ("d", d, 1), ("n_classes", n_classes, 2)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
             raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")

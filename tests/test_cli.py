@@ -208,13 +208,26 @@ def test_compile_cache_location():
     assert cache_dir({"BAYESORD_COMPILE_CACHE": "OFF"}) is None
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["fit", "--help"], ["fit"], ["fit", "d.csv", "--model", "nope"]])
-def test_help_and_argument_errors_do_not_import_jax(argv):
-    """The command answers these before importing JAX, so they take a fraction of a second."""
-    probe = ("import sys\nfrom bayesord.cli import main\ntry:\n    main(sys.argv[1:])\n"
+@pytest.mark.parametrize("argv", [
+    ["--help"], ["fit", "--help"], ["fit"], ["fit", "d.csv", "--model", "nope"],
+    ["fit", "missing.csv", "--out", "m.npz"],
+    ["fit", "d.csv", "--formula", "y ~ x", "--model", "isbor", "--out", "m.npz"],
+    ["fit", "d.csv", "--out", "d.csv"],
+    ["predict", "missing.npz", "d.csv"],
+    ["predict", "m.npz", "missing.csv"],
+    ["predict", "m.npz", "d.csv", "--risk", "fnr"],
+])
+def test_help_and_argument_errors_do_not_import_jax(argv, tmp_path):
+    """The command answers these before importing JAX, so they take a fraction of a second:
+    argument errors, and the errors found in the files named (a missing file, an output that
+    would overwrite an input) before any model is made or loaded."""
+    (tmp_path / "d.csv").write_text("x,y\n1.0,1\n2.0,2\n")
+    (tmp_path / "m.npz").write_bytes(b"not read")
+    probe = ("import sys\nfrom bayesord.cli import main\ntry:\n    code = main(sys.argv[1:])\n"
              "except SystemExit as done:\n    code = done.code\n"
              "print('jax imported' if 'jax' in sys.modules else 'no jax', code)")
-    done = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, timeout=60,
+                          cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split()[-3:-1] == ["no", "jax"]
     assert done.stdout.split()[-1] == ("0" if "--help" in argv else "2")
