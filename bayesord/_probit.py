@@ -462,7 +462,11 @@ def _fit_evidence(X, y, weights, alpha0, rtol, joint, config, n_classes):
         stalled = t < 1e-10
         direction = jnp.where(stalled, -grad / (1.0 + jnp.linalg.norm(grad)), direction)
         t = jnp.where(stalled, 1.0, t)
-        done = (accept & small_f & small_x) | ~jnp.isfinite(val)
+        # A step within both tolerances ends the search, and so does a rejected one along a
+        # descent direction: at the optimum a rejection only says that the change is below
+        # the evidence's rounding (float32 on a thousand rows), and halving the step down to
+        # the steepest-descent fallback took some fits from 4 iterations to 41.
+        done = (small_f & small_x & (accept | (slope < 0))) | ~jnp.isfinite(val)
         return _EvidenceSearch(eta, val, grad, direction, t.astype(dtype), state, inner, c.n_iter + 1, done)
 
     # The first pass evaluates eta0 (accepted against +inf) and takes the first direction.

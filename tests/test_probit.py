@@ -22,6 +22,7 @@ from bayesord._probit import (
     predict_probit,
     thresholds_at_zero,
 )
+from bayesord import OrdinalProbit
 from bayesord._status import Status
 from bayesord.datasets import make_ordinal_probit
 
@@ -231,8 +232,6 @@ def test_jit_equals_no_jit_and_no_recompile(data):
 
 @pytest.mark.slow
 def test_monotone_relabelling_gives_the_same_fit():
-    from bayesord import OrdinalProbit
-
     X, y, _ = make_ordinal_probit(300, 2, 3, seed=5)
     a = OrdinalProbit().fit(X, y)
     b = OrdinalProbit().fit(X, np.array([10, 25, 90])[y - 1])
@@ -334,3 +333,21 @@ def test_prediction_reads_the_link_from_the_result():
     # The logit's predictive distribution, not the probit's, at the same estimates.
     probit_twin = res._replace(config=dataclasses.replace(res.config, link="probit"))
     assert not np.allclose(np.asarray(predict_probit(probit_twin, X[:4]).proba), proba, atol=1e-3)
+
+
+
+def test_float32_evidence_search_ends_at_its_tolerance_not_after_halving_to_the_fallback():
+    """A float32 fit's last L-BFGS step near the optimum can be rejected because the change
+    is below the evidence's rounding.  The search then ends, at the float64 optimum, instead
+    of halving the step 33 times down to the steepest-descent fallback: on these rows (a
+    cross-fitting fold) 43 iterations before, 4-8 on every one of 60 such generated sets."""
+    X, y, _ = make_ordinal_probit(1000, 11, 6, seed=41)
+    w = np.ones(1000)
+    w[np.random.default_rng(41).permutation(1000)[:200]] = 0.0
+    ref = OrdinalProbit(tol=1e-12).fit(X, y, sample_weight=w)
+    with jax.enable_x64(False):
+        m = OrdinalProbit().fit(X, y, sample_weight=w)
+    assert m.coef_.dtype == np.float32 and m.converged_
+    assert m.n_iter_ <= 10
+    np.testing.assert_allclose(m.log_evidence_, ref.log_evidence_, rtol=1e-6)
+    np.testing.assert_allclose(m.thresholds_, ref.thresholds_, atol=2e-3)
