@@ -160,7 +160,10 @@ def _read_table(path, target, argument="DATA"):
 
     try:
         return load_csv(path, target=target)
-    except (ValueError, TypeError, FileNotFoundError) as err:
+    except TypeError as err:  # text feature columns
+        hint = f', or fit with --formula "{target} ~ ." (text columns become indicator columns)'
+        raise ValueError(f"argument {argument}: {err}{hint if argument == 'DATA' else ''}") from None
+    except (ValueError, FileNotFoundError) as err:
         raise ValueError(f"argument {argument}: {err}") from None
 
 

@@ -105,6 +105,15 @@ def test_fit_options_of_the_other_model_are_refused(tmp_path, capsys, args, matc
     assert match in capsys.readouterr().err
 
 
+def test_fit_with_a_text_column_points_to_the_formula(tmp_path, capsys):
+    """A text feature column stops the plain fit with the way out: a formula codes it."""
+    data = tmp_path / "d.csv"
+    pd.DataFrame({"a": [1.0, 2.0, 3.0], "region": ["x", "y", "x"], "grade": [1, 2, 3]}).to_csv(data, index=False)
+    assert main(["fit", str(data), "--target", "grade", "--out", str(tmp_path / "m.npz")]) == 2
+    err = capsys.readouterr().err
+    assert "['region'] are not numeric" in err and '--formula "grade ~ ."' in err
+
+
 def test_predict_refuses_a_file_that_is_not_a_model(tmp_path, capsys):
     data = tmp_path / "d.csv"
     pd.DataFrame({"a": [1.0], "y": [1]}).to_csv(data, index=False)
