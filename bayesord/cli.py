@@ -369,7 +369,6 @@ def _fit_formula(args) -> int:
     frame = _feature_frame(args.data, None, None, "DATA")
     out = _output_path(args.out, "--out", {"DATA": args.data}, args.force)
     cls = _formula_class(args)
-    from . import _progress
     if args.calibrate is not None and not hasattr(cls, "calibrate"):
         raise ValueError(f"--calibrate: {cls.__name__} has no conformal calibration yet")
     params = _model_params(args, cls)
@@ -378,6 +377,8 @@ def _fit_formula(args) -> int:
     if args.classes is not None and response in frame.columns:
         params["classes"] = _parse_classes(args.classes, frame[response], response)
     name = cls.__name__
+    from . import _progress  # with JAX, after the checks above
+
     if args.progress:
         _progress.show(f"fit: {name} from {args.formula!r} on {frame.shape[0]} rows ...")
     t0 = time.perf_counter()

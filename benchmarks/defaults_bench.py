@@ -67,7 +67,9 @@ PEERS = ["mord LogisticAT", "statsmodels probit", "LogisticRegression", "SVC rbf
 LINEAR_PEERS = ["mord LogisticAT", "statsmodels probit", "LogisticRegression"]
 # Not defaults, run only when named in --models: the settings a default replaced, for the record.
 VARIANTS = {"ISBOR absolute grid": lambda seed: bayesord.ISBOR(theta_grid=(0.01, 0.1, 1.0, 10.0), random_state=seed),
-            "PRank unaveraged": lambda seed: bayesord.PRank(averaged=False, random_state=seed)}
+            "PRank unaveraged": lambda seed: bayesord.PRank(averaged=False, random_state=seed),
+            "ISBOR linear": lambda seed: bayesord.ISBOR(kernel="linear", random_state=seed),
+            "OrdinalProbit ard": lambda seed: bayesord.OrdinalProbit(prior="ard", random_state=seed)}
 
 
 class _Majority:
