@@ -249,7 +249,13 @@ def test_isbor_cv_selection_labels_each_width(capsys):
     for i, t in enumerate((0.5, 2.0)):
         head = f"theta {t:g} ({i + 1}/2), 2-fold CV  ISBOR theta {t:g} done:"
         assert sum(s.startswith(head) for s in out) == 2  # one per fold
-    assert cv.theta_ in (0.5, 2.0)
+    # Each width's CV score, as theta_grid_scores_ holds it, then the width chosen.
+    for i, t in enumerate((0.5, 2.0)):
+        score = [s for s in out if s.startswith(f"theta {t:g} ({i + 1}/2): 2-fold CV log-loss ")]
+        assert len(score) == 1
+        assert float(score[0].split()[-1]) == pytest.approx(-cv.theta_grid_scores_[i], abs=1e-4)
+    chosen = out.index(f"width search: theta {cv.theta_:g} chosen")
+    assert out[chosen + 1:] and all(s.startswith(f"ISBOR theta {cv.theta_:g} ") for s in out[chosen + 1:])
 
 
 @pytest.mark.slow

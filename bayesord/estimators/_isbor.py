@@ -25,7 +25,7 @@ from .._isbor import (
     sample_class_probs_isbor,
     weight_cov,
 )
-from .._progress import check_verbose, prefix
+from .._progress import check_verbose, prefix, show
 from .._shapes import bucket_rows, pad_rows
 from .._status import Status, check_status, warn_user
 from ._base import (
@@ -280,9 +280,17 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
             score = score if np.isfinite(score) else -np.inf
             behind = behind + 1 if step and score <= np.nanmax(scores) else 0
             scores[i] = score
+            if check_verbose(self.verbose):
+                what = "MAE" if self.cv_scoring == "mae" else "log-loss"
+                show(f"theta {grid[i]:g} ({step + 1}/{grid.size}): {len(train_masks)}-fold CV {what} {-score:.4f}")
             if behind == CV_PATIENCE:
                 break
-        return float(grid[int(np.nanargmax(scores))]), scores
+        best = float(grid[int(np.nanargmax(scores))])
+        if check_verbose(self.verbose):
+            left = int(np.sum(np.isnan(scores)))
+            show(f"width search: theta {best:g} chosen" + (f" ({left} narrower width(s) not tried: "
+                                                            f"{CV_PATIENCE} in a row scored below it)" if left else ""))
+        return best, scores
 
     def _cv_splits(self, n, y, rng, subsampled):
         """The CV folds as (train masks (folds, n), fold of each held-out pair, its row).
