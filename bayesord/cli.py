@@ -112,7 +112,7 @@ def _demo(args) -> int:
     print("\nOrdinalProbit posterior summary (true w = "
           + ", ".join(f"{v:.2f}" for v in truth.w) + "; true thresholds = "
           + ", ".join(f"{v:.2f}" for v in truth.thresholds) + ")")
-    print(probit.summary().to_string(float_format=lambda v: f"{v:.3f}"))
+    print(probit.summary().to_string(float_format=lambda v: f"{v:.3f}", na_rep="-"))
     out = Path(args.out)
     _plot_demo(probit, X[test], y[test], out)
     print(f"\nwrote {out}")
@@ -393,7 +393,7 @@ def _fit_formula(args) -> int:
         _calibrate(model, frame, frame[response], None, args)
     with _replacing(out) as tmp:
         model.save(tmp)
-    print(model.summary().to_string(float_format=lambda v: f"{v:.4f}"))
+    print(model.summary().to_string(float_format=lambda v: f"{v:.4f}", na_rep="-"))
     print(f"\n{name} from {args.formula!r}"
           + "".join(f", {k} {v!r}" for k, v in extra.items())
           + f"; converged {model.converged_}; saved to {args.out} (predict reads raw rows of the same columns)")
@@ -442,7 +442,7 @@ def _fit(args) -> int:
     with _replacing(out) as tmp:
         model.save(tmp)
     if COMMANDS[args.model].bayesian:
-        print(model.summary().to_string(float_format=lambda v: f"{v:.4f}"))
+        print(model.summary().to_string(float_format=lambda v: f"{v:.4f}", na_rep="-"))
         if args.model != "probit":
             print(f"\n{len(model.relevance_indices_)} relevance vectors of {X.shape[0]} rows; kernel "
                   f"{model.kernel}, width {model.theta_:g}; noise sigma {model.sigma_:.4f}")
