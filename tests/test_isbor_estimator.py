@@ -394,3 +394,22 @@ def test_saving_an_unstorable_parameter_warns_on_load(data, tmp_path):
         loaded = ISBOR.load(tmp_path / "m.npz")
     assert loaded.cv == 5
     np.testing.assert_array_equal(loaded.predict_proba(X), m.predict_proba(X))
+
+
+def test_predictions_on_nearby_row_counts_share_one_program(model, data):
+    """Predictions pad their rows to a bucket size: 100 and 104 rows (both 104) compile once,
+    and padding changes no prediction (each equals the functional prediction on its rows)."""
+    from bayesord._isbor import _predict_isbor, predict_isbor
+
+    X, _ = data
+    rows = np.random.default_rng(0).normal(size=(104, X.shape[1]))
+    model.predict_proba(rows[:100])
+    size = _predict_isbor._cache_size()
+    proba = model.predict_proba(rows[:104])
+    assert _predict_isbor._cache_size() == size
+    res, standardised = model._inputs(rows)
+    np.testing.assert_allclose(proba, np.asarray(predict_isbor(res, jnp.asarray(standardised)).proba), atol=1e-12)
+    mean, var = model.predict_latent(rows[:100])
+    assert mean.shape == var.shape == (100,)
+    np.testing.assert_allclose(mean, np.asarray(predict_isbor(res, jnp.asarray(standardised[:100])).latent_mean),
+                               atol=1e-10)

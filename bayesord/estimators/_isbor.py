@@ -441,8 +441,12 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         return res, X
 
     def _predict_raw(self, X):
+        """The predictive distribution of every row, through a program compiled for the
+        rows' bucket size (nearby row counts share it; the padding rows are dropped)."""
         res, X = self._inputs(X)
-        return predict_isbor(res, jnp.asarray(X))
+        n = X.shape[0]
+        (X,) = pad_rows(bucket_rows(n), X)
+        return jax.tree_util.tree_map(lambda a: a[:n], predict_isbor(res, jnp.asarray(X)))
 
     def predict(self, X):
         """Labels: the class whose threshold interval holds the latent mean (predictive median)."""
