@@ -271,6 +271,7 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         # CV_PATIENCE widths in a row score below the best (the rest keep NaN scores).
         behind = 0
         min_delta = max(self.min_delta, CV_MIN_DELTA_PER_ROW * n)
+        verbose = check_verbose(self.verbose)
         for step, i in enumerate(np.argsort(grid, kind="stable")):
             with prefix(f"theta {grid[i]:g} ({step + 1}/{grid.size}), {len(train_masks)}-fold CV"):
                 labels, proba = _fold_predictions(float(grid[i]), weights, X, y, cand, key, min_delta, **run)
@@ -281,13 +282,13 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
             score = score if np.isfinite(score) else -np.inf
             behind = behind + 1 if step and score <= np.nanmax(scores) else 0
             scores[i] = score
-            if check_verbose(self.verbose):
+            if verbose:
                 what = "MAE" if self.cv_scoring == "mae" else "log-loss"
                 show(f"theta {grid[i]:g} ({step + 1}/{grid.size}): {len(train_masks)}-fold CV {what} {-score:.4f}")
             if behind == CV_PATIENCE:
                 break
         best = float(grid[int(np.nanargmax(scores))])
-        if check_verbose(self.verbose):
+        if verbose:
             left = int(np.sum(np.isnan(scores)))
             show(f"width search: theta {best:g} chosen" + (f" ({left} narrower width(s) not tried: "
                                                             f"{CV_PATIENCE} in a row scored below it)" if left else ""))
