@@ -79,9 +79,11 @@ def warn_user(message, category=UserWarning) -> None:
         warnings.warn(message, category, stacklevel=2)
         return
     filename, lineno, module_globals = caller
+    # No module_globals: with them Python asks the module's loader for its source, and the
+    # loader of a `python -c` or stdin script's __main__ raises ImportError instead of a
+    # warning.  The line is still shown, from linecache, where the file has one.
     warnings.warn_explicit(message, category, filename, lineno, module=module_globals.get("__name__"),
-                           registry=module_globals.setdefault("__warningregistry__", {}),
-                           module_globals=module_globals)
+                           registry=module_globals.setdefault("__warningregistry__", {}))
 
 
 @contextlib.contextmanager

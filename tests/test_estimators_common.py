@@ -89,6 +89,26 @@ def test_warnings_point_at_the_callers_line():
     assert caught[0].filename == __file__
 
 
+@pytest.mark.parametrize("how", ["-c", "stdin"])
+def test_a_warning_in_a_script_without_a_file_is_a_warning(how):
+    """A `python -c` or stdin script's __main__ has a loader that cannot give its source:
+    the library's warnings must still be warnings there (they raised ImportError)."""
+    import subprocess
+    import sys
+
+    script = ("import numpy as np, bayesord\n"
+              "X = np.random.default_rng(0).normal(size=(200, 3))\n"
+              "y = (X[:, 0] > 0).astype(int) + (X[:, 1] > 0)\n"
+              "bayesord.OrdinalProbit(max_iter=1).fit(X, y)\n"
+              "print('fitted')\n")
+    argv, stdin = ([sys.executable, "-c", script], None) if how == "-c" else ([sys.executable, "-"], script)
+    done = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "fitted"
+    assert "ConvergenceWarning: OrdinalProbit.fit: stopped at the iteration cap" in done.stderr
+    assert done.stderr.startswith(("<string>:4:", "<stdin>:4:"))
+
+
 def _one_class(est, X, *groups):
     return np.full(X.shape[0], est.classes_[1])
 
