@@ -413,3 +413,19 @@ def test_predictions_on_nearby_row_counts_share_one_program(model, data):
     assert mean.shape == var.shape == (100,)
     np.testing.assert_allclose(mean, np.asarray(predict_isbor(res, jnp.asarray(standardised[:100])).latent_mean),
                                atol=1e-10)
+
+
+@pytest.mark.slow
+def test_sbor_default_cap_lets_the_last_prunings_finish(datasets_dir):
+    """On this split of pyrim10 the default SBOR fit (width by CV) is still pruning at 300
+    iterations, the cap before, and converges a little later within the default 1,000."""
+    from bayesord.datasets import load_shared, stratified_split
+
+    ds = load_shared("pyrim10", root=datasets_dir)
+    train, _ = stratified_split(ds.y, int(0.8 * len(ds.y)), seed=3)
+    X = ds.X[train]
+    X = (X - X.mean(0)) / np.where(np.ptp(X, axis=0) > 0, X.std(0), 1.0)  # as defaults_bench.py
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        model = SBOR(random_state=3).fit(X, ds.y[train])
+    assert model.converged_ and 300 < model.n_iter_ < 1000
