@@ -130,6 +130,19 @@ def test_a_fit_that_predicts_one_class_for_every_training_row_warns(est, monkeyp
                              "training rows, whose labels hold 3 classes")
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_rows_in_turn_takes_the_classes_in_turn(seed):
+    """The one-class check's sample against a plain sort of (rank within class, position)."""
+    from bayesord.estimators._base import rows_in_turn
+
+    rng = np.random.default_rng(seed)
+    n, K = int(rng.integers(1, 2000)), int(rng.integers(1, 8))
+    codes = rng.choice(K, size=n, p=rng.dirichlet(np.full(K, 0.3)))
+    rank = np.array([np.sum(codes[:i] == codes[i]) for i in range(n)])
+    expected = np.sort(sorted(range(n), key=lambda i: (rank[i], i))[:256])
+    np.testing.assert_array_equal(rows_in_turn(codes, K, 256), expected)
+
+
 def test_the_one_class_check_of_a_mixed_model_predicts_with_the_groups(monkeypatch):
     monkeypatch.setattr(OrdinalMixed, "predict", _one_class)
     with pytest.warns(OneClassWarning, match="OrdinalMixed predicts 2 for every one of its 60"):

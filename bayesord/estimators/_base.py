@@ -589,6 +589,22 @@ BAYES_ONE_CLASS_HINT = ("Either the columns carry no signal this model can use (
                         "is not monotone in them: a kernel model (ISBOR) can use that.")
 
 
+def rows_in_turn(codes, n_classes, m):
+    """Positions of ``m`` rows (all of them when there are fewer), sorted, taken from the
+    classes in turn: the first row of every class, then the second of every class that has
+    one, and so on (ties in that order broken by position).  ``O(n_classes * n)``, no sort of
+    the ``n`` rows."""
+    n = codes.size
+    if n <= m:
+        return np.arange(n)
+    rank = np.empty(n, dtype=np.int64)  # the row's position among its class's rows
+    for k in range(n_classes):
+        members = np.flatnonzero(codes == k)
+        rank[members] = np.arange(members.size)
+    key = rank * n + np.arange(n)
+    return np.sort(np.argpartition(key, m - 1)[:m])
+
+
 def warn_if_one_class(est, fit_args) -> None:
     """Warn (:class:`~bayesord._status.OneClassWarning`) when the fitted ``est`` predicts one
     class for every labelled training row of positive weight although their labels hold
@@ -614,9 +630,12 @@ def warn_if_one_class(est, fit_args) -> None:
         keep &= ~np.asarray(fit_args["unlabeled_mask"], dtype=bool)
     rows = np.flatnonzero(keep)
     labels = np.asarray(_labels_1d(y, n))[rows]
-    classes, codes = np.unique(labels, return_inverse=True)
+    classes = np.unique(labels)
     if classes.size < 2:
         return
+    # A sort of the labels and a search, not np.unique's inverse (an argsort): the check
+    # runs after every fit, and on 10^5 rows that argsort alone was 7% of a probit fit.
+    codes = np.searchsorted(classes, labels)
 
     def predicted(idx):
         part = X.iloc[idx] if hasattr(X, "iloc") else X[idx]
@@ -624,10 +643,7 @@ def warn_if_one_class(est, fit_args) -> None:
             return np.asarray(est.predict(part, np.asarray(fit_args["groups"])[idx]))
         return np.asarray(est.predict(part))
 
-    order = np.argsort(codes, kind="stable")
-    rank = np.empty(codes.size, dtype=np.int64)  # the row's position among its class's rows
-    rank[order] = np.arange(codes.size) - np.searchsorted(codes[order], codes[order])
-    first = np.sort(np.lexsort((np.arange(codes.size), rank))[:_ONE_CLASS_SAMPLE])
+    first = rows_in_turn(codes, classes.size, _ONE_CLASS_SAMPLE)
     pred = predicted(rows[first])
     if np.unique(pred).size == 1 and first.size < rows.size:
         pred = predicted(rows)
