@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from bayesord import OrdinalProbit
 from bayesord._laplace import laplace_at, laplace_log_evidence, map_weights, newton_map_joint
 from bayesord._linalg import chol_inverse
 from bayesord._probit import (
@@ -22,7 +23,6 @@ from bayesord._probit import (
     predict_probit,
     thresholds_at_zero,
 )
-from bayesord import OrdinalProbit
 from bayesord._status import Status
 from bayesord.datasets import make_ordinal_probit
 
@@ -333,7 +333,6 @@ def test_prediction_reads_the_link_from_the_result():
     # The logit's predictive distribution, not the probit's, at the same estimates.
     probit_twin = res._replace(config=dataclasses.replace(res.config, link="probit"))
     assert not np.allclose(np.asarray(predict_probit(probit_twin, X[:4]).proba), proba, atol=1e-3)
-
 
 
 def test_float32_evidence_search_ends_at_its_tolerance_not_after_halving_to_the_fallback():
