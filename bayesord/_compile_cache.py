@@ -35,6 +35,7 @@ of bayesord's own source files, so an edited library never runs an older program
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -42,8 +43,8 @@ import threading
 import warnings
 from pathlib import Path
 
-__all__ = ["cache_dir", "enable", "QUICK_MAX_ROWS", "QUICK_OPTIONS", "quick_variant", "program_for_rows",
-           "stored_fit_program"]
+__all__ = ["cache_dir", "compile_seconds", "enable", "QUICK_MAX_ROWS", "QUICK_OPTIONS", "quick_variant",
+           "program_for_rows", "stored_fit_program"]
 
 QUICK_MAX_ROWS = 16384
 QUICK_OPTIONS = {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False}
@@ -89,6 +90,43 @@ def enable():
     jax.config.update("jax_compilation_cache_dir", str(folder))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     return folder
+
+
+# JAX's monitoring events for the three stages of making a program (reported per program;
+# the last includes reading it from the on-disk cache) and for that reading alone.
+_MAKING_EVENTS = frozenset({"/jax/core/compile/jaxpr_trace_duration",
+                            "/jax/core/compile/jaxpr_to_mlir_module_duration",
+                            "/jax/core/compile/backend_compile_duration"})
+_LOADING_EVENT = "/jax/compilation_cache/cache_retrieval_time_sec"
+_COUNTERS = []  # the dicts compile_seconds() is filling
+
+
+def _count_compile_time(event, duration, **_):
+    key = "loading" if event == _LOADING_EVENT else "compiling" if event in _MAKING_EVENTS else None
+    for counter in _COUNTERS if key else ():
+        counter[key] += duration
+
+
+@functools.cache
+def _listen():
+    import jax
+
+    jax.monitoring.register_event_duration_secs_listener(_count_compile_time)
+
+
+@contextlib.contextmanager
+def compile_seconds():
+    """Seconds JAX spends making programs inside the block, from its monitoring events:
+    yields a dict that the block fills, ``"compiling"`` (tracing, lowering and compiling,
+    reading a compiled program from the on-disk cache included) and ``"loading"`` (that
+    reading alone)."""
+    _listen()
+    counter = {"compiling": 0.0, "loading": 0.0}
+    _COUNTERS.append(counter)
+    try:
+        yield counter
+    finally:
+        _COUNTERS.remove(counter)
 
 
 @functools.cache

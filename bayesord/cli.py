@@ -26,8 +26,10 @@ converge, with which sub-problems failed and what to try) are one line each as w
 
 The command is an application, not a library import, so it turns on JAX's float64 mode
 (recommended for the Bayesian paths) before doing any work.  ``demo`` and ``fit`` report
-progress on stderr (which model is being fitted, and the solver's own progress line for
-estimators with a ``verbose`` parameter); ``--quiet`` (alias ``--no-progress``) turns it off.
+progress on stderr (which model is being fitted, the solver's own progress line for
+estimators with a ``verbose`` parameter, and at the end of a ``fit`` how much of its time
+JAX spent compiling programs or reading them from the cache); ``--quiet`` (alias
+``--no-progress``) turns it off.
 Tables and results go to stdout either way.
 
 Compiled programs are kept on disk between runs (JAX's persistent compilation cache, the
@@ -50,6 +52,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ._compile_cache import compile_seconds
 from ._registry import COMMANDS
 
 __all__ = ["main"]
@@ -382,11 +385,11 @@ def _fit_formula(args) -> int:
     if args.progress:
         _progress.show(f"fit: {name} from {args.formula!r} on {frame.shape[0]} rows ...")
     t0 = time.perf_counter()
-    with warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings(record=True) as caught, compile_seconds() as compiling:
         warnings.simplefilter("always")
         model = cls.from_formula(args.formula, frame, **extra, **params)
     if args.progress:
-        _progress.show(f"fit: {name} fitted in {time.perf_counter() - t0:.1f} s", final=True)
+        _progress.show(_fitted_line(name, time.perf_counter() - t0, compiling), final=True)
     for w in dict.fromkeys(str(w.message) for w in caught):
         _warning_line("fit", w)
     if args.calibrate is not None:
@@ -500,6 +503,22 @@ def _calibrate(model, raw, y, calibration, args):
           f"on {how} (predict --set ALPHA)")
 
 
+def _fitted_line(name, seconds, made):
+    """The progress line that ends a fit: its time, and how much of it JAX spent compiling
+    programs (a first run of these shapes) or reading them from the on-disk cache."""
+    from . import _compile_cache
+
+    line = f"fit: {name} fitted in {seconds:.1f} s"
+    compiled = made["compiling"] - made["loading"]
+    if compiled >= 0.5:
+        later = ("later runs of these shapes read the programs from the cache" if _compile_cache.cache_dir()
+                 else "the on-disk cache is off: every run compiles")
+        return f"{line}, {min(compiled, seconds):.1f} s of it compiling ({later})"
+    if made["loading"] >= 0.3:
+        return f"{line}, {made['loading']:.1f} s of it reading compiled programs from the cache"
+    return line
+
+
 def _fit_reporting(model, frame, y, classes, unlabeled, args):
     """``model.fit`` with a progress line, and its warnings as one line each on stderr (a
     convergence failure with the sub-problems that failed and what to try)."""
@@ -512,11 +531,11 @@ def _fit_reporting(model, frame, y, classes, unlabeled, args):
         _progress.show(f"fit: {name} on {frame.shape[0]} rows x {frame.shape[1]} features ...")
     t0 = time.perf_counter()
     extra = {} if unlabeled is None else {"X_unlabeled": unlabeled}
-    with warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings(record=True) as caught, compile_seconds() as compiling:
         warnings.simplefilter("always")
         model.fit(frame, y, classes=classes, **extra)
     if args.progress:
-        _progress.show(f"fit: {name} fitted in {time.perf_counter() - t0:.1f} s", final=True)
+        _progress.show(_fitted_line(name, time.perf_counter() - t0, compiling), final=True)
     unconverged = [str(w.message) for w in caught if issubclass(w.category, ConvergenceWarning)]
     for w in caught:
         if not issubclass(w.category, ConvergenceWarning):

@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bayesord._compile_cache import cache_dir
-from bayesord.cli import main
+from bayesord._compile_cache import cache_dir, compile_seconds
+from bayesord.cli import _fitted_line, main
 from bayesord.datasets import make_ordinal_probit
 
 
@@ -207,6 +207,33 @@ def test_fit_from_a_formula_on_raw_text_columns(tmp_path, datasets_dir, capsys):
     assert main(["fit", str(data), "--formula", "rating ~ temp", "--model", "npsvor",
                  "--out", str(tmp_path / "x.npz")]) == 2
     assert "not --model npsvor" in capsys.readouterr().err
+
+
+def test_compile_seconds_counts_the_programs_made_inside_the_block():
+    import jax
+    import jax.numpy as jnp
+
+    new = jax.jit(lambda x: jnp.cos(x) * 7.25 - x)  # a program no other test makes
+    with compile_seconds() as made:
+        new(jnp.arange(11.0)).block_until_ready()
+    assert made["compiling"] > 0 and made["loading"] <= made["compiling"]
+    with compile_seconds() as again:
+        new(jnp.arange(11.0)).block_until_ready()  # compiled: nothing to make
+    assert again == {"compiling": 0.0, "loading": 0.0}
+
+
+def test_the_fit_line_says_how_much_was_compiling(monkeypatch):
+    import bayesord._compile_cache as cc
+
+    monkeypatch.setattr(cc, "cache_dir", lambda: Path("/cache"))
+    assert _fitted_line("M", 2.5, {"compiling": 2.3, "loading": 0.0}) == (
+        "fit: M fitted in 2.5 s, 2.3 s of it compiling (later runs of these shapes read the programs from the cache)")
+    assert _fitted_line("M", 0.6, {"compiling": 0.35, "loading": 0.31}) == (
+        "fit: M fitted in 0.6 s, 0.3 s of it reading compiled programs from the cache")
+    assert _fitted_line("M", 0.1, {"compiling": 0.05, "loading": 0.0}) == "fit: M fitted in 0.1 s"
+    monkeypatch.setattr(cc, "cache_dir", lambda: None)
+    assert _fitted_line("M", 2.5, {"compiling": 2.3, "loading": 0.0}).endswith(
+        "2.3 s of it compiling (the on-disk cache is off: every run compiles)")
 
 
 def test_compile_cache_location():
