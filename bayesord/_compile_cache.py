@@ -103,8 +103,9 @@ _COUNTERS = []  # the dicts compile_seconds() is filling
 
 def _count_compile_time(event, duration, **_):
     key = "loading" if event == _LOADING_EVENT else "compiling" if event in _MAKING_EVENTS else None
-    for counter in _COUNTERS if key else ():
-        counter[key] += duration
+    if key is not None:
+        for counter in _COUNTERS:
+            counter[key] += duration
 
 
 @functools.cache

@@ -52,7 +52,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._compile_cache import compile_seconds
+from ._compile_cache import cache_dir, compile_seconds
 from ._registry import COMMANDS
 
 __all__ = ["main"]
@@ -115,11 +115,17 @@ def _demo(args) -> int:
     print("\nOrdinalProbit posterior summary (true w = "
           + ", ".join(f"{v:.2f}" for v in truth.w) + "; true thresholds = "
           + ", ".join(f"{v:.2f}" for v in truth.thresholds) + ")")
-    print(probit.summary().to_string(float_format=lambda v: f"{v:.3f}", na_rep="-"))
+    print(_summary_text(probit, digits=3))
     out = Path(args.out)
     _plot_demo(probit, X[test], y[test], out)
     print(f"\nwrote {out}")
     return 0
+
+
+def _summary_text(model, digits=4):
+    """A Bayesian model's ``summary()`` as printed: fixed decimals, ``-`` where a row has no
+    entry (the thresholds' prior precision)."""
+    return model.summary().to_string(float_format=lambda v: f"{v:.{digits}f}", na_rep="-")
 
 
 def _demo_models(seed):
@@ -396,7 +402,7 @@ def _fit_formula(args) -> int:
         _calibrate(model, frame, frame[response], None, args)
     with _replacing(out) as tmp:
         model.save(tmp)
-    print(model.summary().to_string(float_format=lambda v: f"{v:.4f}", na_rep="-"))
+    print(_summary_text(model))
     print(f"\n{name} from {args.formula!r}"
           + "".join(f", {k} {v!r}" for k, v in extra.items())
           + f"; converged {model.converged_}; saved to {args.out} (predict reads raw rows of the same columns)")
@@ -445,7 +451,7 @@ def _fit(args) -> int:
     with _replacing(out) as tmp:
         model.save(tmp)
     if COMMANDS[args.model].bayesian:
-        print(model.summary().to_string(float_format=lambda v: f"{v:.4f}", na_rep="-"))
+        print(_summary_text(model))
         if args.model != "probit":
             print(f"\n{len(model.relevance_indices_)} relevance vectors of {X.shape[0]} rows; kernel "
                   f"{model.kernel}, width {model.theta_:g}; noise sigma {model.sigma_:.4f}")
@@ -506,12 +512,10 @@ def _calibrate(model, raw, y, calibration, args):
 def _fitted_line(name, seconds, made):
     """The progress line that ends a fit: its time, and how much of it JAX spent compiling
     programs (a first run of these shapes) or reading them from the on-disk cache."""
-    from . import _compile_cache
-
     line = f"fit: {name} fitted in {seconds:.1f} s"
     compiled = made["compiling"] - made["loading"]
     if compiled >= 0.5:
-        later = ("later runs of these shapes read the programs from the cache" if _compile_cache.cache_dir()
+        later = ("later runs of these shapes read the programs from the cache" if cache_dir()
                  else "the on-disk cache is off: every run compiles")
         return f"{line}, {min(compiled, seconds):.1f} s of it compiling ({later})"
     if made["loading"] >= 0.3:

@@ -223,15 +223,15 @@ def test_compile_seconds_counts_the_programs_made_inside_the_block():
 
 
 def test_the_fit_line_says_how_much_was_compiling(monkeypatch):
-    import bayesord._compile_cache as cc
+    import bayesord.cli as cli
 
-    monkeypatch.setattr(cc, "cache_dir", lambda: Path("/cache"))
+    monkeypatch.setattr(cli, "cache_dir", lambda: Path("/cache"))
     assert _fitted_line("M", 2.5, {"compiling": 2.3, "loading": 0.0}) == (
         "fit: M fitted in 2.5 s, 2.3 s of it compiling (later runs of these shapes read the programs from the cache)")
     assert _fitted_line("M", 0.6, {"compiling": 0.35, "loading": 0.31}) == (
         "fit: M fitted in 0.6 s, 0.3 s of it reading compiled programs from the cache")
     assert _fitted_line("M", 0.1, {"compiling": 0.05, "loading": 0.0}) == "fit: M fitted in 0.1 s"
-    monkeypatch.setattr(cc, "cache_dir", lambda: None)
+    monkeypatch.setattr(cli, "cache_dir", lambda: None)
     assert _fitted_line("M", 2.5, {"compiling": 2.3, "loading": 0.0}).endswith(
         "2.3 s of it compiling (the on-disk cache is off: every run compiles)")
 

@@ -278,9 +278,9 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
             with prefix(f"theta {grid[i]:g} ({step + 1}/{grid.size}), {len(train_masks)}-fold CV"):
                 labels, proba = _fold_predictions(float(grid[i]), weights, X, y, cand, key, min_delta, **run)
             if self.cv_scoring == "mae":
-                score = -metrics.mae(y_np, np.asarray(labels)[fold_of, rows], sample_weight=sw_np)
+                score = -metrics.mae(y_np, labels[fold_of, rows], sample_weight=sw_np)
             else:
-                score = -metrics.ordinal_log_loss(y_np, np.asarray(proba)[fold_of, rows], sample_weight=sw_np)
+                score = -metrics.ordinal_log_loss(y_np, proba[fold_of, rows], sample_weight=sw_np)
             score = score if np.isfinite(score) else -np.inf
             behind = behind + 1 if step and score <= np.nanmax(scores) else 0
             scores[i] = score
