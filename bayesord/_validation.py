@@ -390,7 +390,12 @@ def encode_labels(y, classes: Sequence[Any] | None = None, n: int | None = None)
 
 
 def encode_known_labels(values, classes: Sequence[Any], what: str = "y"):
-    """Encode labels against a given class order; unknown labels are an error."""
+    """Encode labels against a given class order; unknown labels are an error.
+
+    Each distinct value is looked up once (``np.unique`` with its inverse), so the cost is a
+    sort of the labels, not a Python step per label; values that do not sort together (mixed
+    types in an object array) are looked up one by one.
+    """
     classes_arr = np.asarray(list(classes), dtype=object)
     if classes_arr.ndim != 1 or classes_arr.size == 0:
         raise ValueError("classes must be a non-empty 1-D sequence")
@@ -400,18 +405,19 @@ def encode_known_labels(values, classes: Sequence[Any], what: str = "y"):
         if key in lookup:
             raise ValueError(f"classes contains {c!r} twice")
         lookup[key] = i
-    vals = np.asarray(values, dtype=object).ravel()
-    codes = np.empty(vals.shape[0], dtype=np.int32)
-    unknown = []
-    for i, v in enumerate(vals):
-        idx = lookup.get(_label_key(v))
-        if idx is None:
-            unknown.append(v)
-            idx = -1
-        codes[i] = idx
-    if unknown:
-        shown = sorted({repr(u) for u in unknown})[:10]
+    # Arrays of numbers or strings keep their dtype; anything else (a list may hold numbers and
+    # strings, which np.asarray would turn into strings) is compared as Python objects.
+    typed = isinstance(getattr(values, "dtype", None), np.dtype) and values.dtype.kind in "iufUS"
+    vals = np.asarray(values if typed else np.asarray(values, dtype=object)).ravel()
+    try:
+        distinct, inverse = np.unique(vals, return_inverse=True)
+    except TypeError:
+        distinct, inverse = vals, np.arange(vals.size)
+    found = np.array([lookup.get(_label_key(v), -1) for v in distinct], dtype=np.int32)
+    if np.any(found < 0):
+        shown = sorted({repr(u) for u in distinct[found < 0].tolist()})[:10]
         raise ValueError(f"{what} contains labels not in classes: {', '.join(shown)}")
+    codes = found[inverse.ravel()]
     try:
         classes_out = np.asarray(classes_arr.tolist())
     except ValueError:
