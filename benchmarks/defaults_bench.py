@@ -60,8 +60,8 @@ from bayesord.estimators._proba_layer import ProbaLayerMixin  # noqa: E402
 from bayesord.datasets import SHARED_DATASETS, equal_frequency_bins, load_shared, stratified_split  # noqa: E402
 from bayesord.metrics import ece, mae, ordinal_log_loss, rps  # noqa: E402
 
-BAYESORD = ["OrdinalProbit", "ISBOR", "SBOR", "NPSVOR", "RedSVM", "TransductiveOrdinalRegression",
-            "SwappedPairsSVM", "CuSumRank", "PRank"]
+BAYESORD = ["OrdinalProbit", "CumulativeLinkModel", "ISBOR", "SBOR", "NPSVOR", "RedSVM",
+            "TransductiveOrdinalRegression", "SwappedPairsSVM", "CuSumRank", "PRank"]
 PEERS = ["mord LogisticAT", "statsmodels probit", "LogisticRegression", "SVC rbf", "HistGradientBoosting",
          "majority"]
 LINEAR_PEERS = ["mord LogisticAT", "statsmodels probit", "LogisticRegression"]

@@ -301,6 +301,39 @@ def test_crossing_thresholds_warn_and_keep_probabilities_valid():
     assert proba[2, 1] == 0.0 and proba[0, 1] > 0.99
 
 
+def test_a_determined_fit_does_not_warn(simulated):
+    A, y, _ = simulated
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        CumulativeLinkModel().fit(A, y)
+
+
+def test_dependent_columns_warn_by_name_and_leave_predictions_unchanged():
+    """A column copied (and rescaled) makes the Hessian singular in the direction of the
+    difference; R's clm warns "Hessian is numerically singular".  The reference is the fit
+    without the copy, whose predictions the aliased fit must reproduce."""
+    A, y = _simulate(400, seed=1)
+    X = pd.DataFrame({"x0": A[:, 0], "s": A[:, 2]})
+    plain = CumulativeLinkModel().fit(X, y)
+    with pytest.warns(ConvergenceWarning, match=r"linearly dependent.*\['x0', 'copy'\].*not determined"):
+        aliased = CumulativeLinkModel().fit(X.assign(copy=3.0 * X["x0"] + 1.0), y)
+    # The plug-in fit is the same; the integrated probabilities differ by the rounding
+    # error of the undetermined direction's variance (here 2e-4).
+    X_aliased = X.assign(copy=3.0 * X["x0"] + 1.0)
+    np.testing.assert_array_equal(aliased.predict(X_aliased), plain.predict(X))
+    np.testing.assert_allclose(aliased.predict_proba(X_aliased), plain.predict_proba(X), atol=1e-3)
+
+
+def test_separated_classes_warn_that_the_estimate_does_not_exist():
+    """Classes cut exactly at values of x: the likelihood approaches 1 as the coefficient
+    grows, so the maximum does not exist (complete separation)."""
+    x = np.linspace(-2.0, 2.0, 60)
+    y = np.digitize(x, [-0.7, 0.6])
+    with pytest.warns(ConvergenceWarning, match="does not exist"):
+        model = CumulativeLinkModel().fit(x[:, None], y)
+    assert model.loglik_ > -1e-3  # the fit sits near the supremum, 0
+
+
 def test_bad_input(wine):
     A, y = _simulate(200)
     with pytest.raises(ValueError, match="both location and nominal"):
