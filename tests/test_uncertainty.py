@@ -104,6 +104,20 @@ def test_cross_fitted_copies_on_threads_score_as_they_do_one_after_another(monke
     np.testing.assert_array_equal(est.conformal_.scores, threaded)
 
 
+def test_the_probits_fold_copies_stop_early_and_score_as_full_precision_copies(monkeypatch):
+    """The probit's cross-fitted copies stop at a relative tolerance of 1e-4; their held-out
+    probabilities against copies fitted to the model's own tolerance (the reference)."""
+    est = _fit(OrdinalProbit())
+    assert est._copy_params() == {"tol": 1e-4}
+    assert OrdinalProbit(tol=1e-2)._copy_params() == {"tol": 1e-2}  # a looser tol is kept
+    codes = est._encode_y(Y_ALL[TRAIN], len(TRAIN))
+    early, _ = est._held_out_values(X_STD[TRAIN], codes, 5, 0)
+    monkeypatch.setattr(OrdinalProbit, "_copy_params", lambda self: {})
+    exact, _ = est._held_out_values(X_STD[TRAIN], codes, 5, 0)
+    assert np.abs(early - exact).max() < 1e-4
+    assert np.abs(early - exact).max() > 0  # the copies did stop elsewhere
+
+
 def test_warnings_of_threaded_fold_copies_point_at_the_callers_line():
     """A fold copy fitted on a library thread warns (here: its iteration cap) at the user's
     ``calibrate`` line, as one fitted on the caller's thread does, not at the thread

@@ -40,6 +40,10 @@ from ._uncertainty import UncertaintyMixin
 __all__ = ["OrdinalProbit"]
 
 
+# The relative tolerance of calibrate's cross-fitted copies (see OrdinalProbit._copy_params).
+_COPY_TOL = 1e-4
+
+
 def _fit_program(n_rows):
     """``fit_probit`` as compiled for ``n_rows`` (padded) rows, through a stored program where
     it can (see ``stored_fit_program``)."""
@@ -333,6 +337,14 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         return marginal_effects_table(effect, sd, names, self.classes_, self.binary_columns_, level)
 
     # ------------------------------------------------------------ persistence
+    def _copy_params(self):
+        """The cross-fitted copies of :meth:`calibrate` stop at a relative tolerance of
+        :data:`_COPY_TOL` (or the model's own, when looser): they only score their held-out
+        fold, and their probabilities then differ from a fit to 1e-10 by at most 3e-5 on the
+        shared sets, against differences of order ``1/sqrt(n)`` between the folds' fits
+        themselves; it saves 20-35% of each copy's time."""
+        return {"tol": max(solver_tol(self.tol, float_dtype()), _COPY_TOL)}
+
     def _saved_state(self):
         arrays = {f"result.{k}": v for k, v in self.result_._asdict().items()}
         arrays["binary_columns_"] = np.asarray(self.binary_columns_)

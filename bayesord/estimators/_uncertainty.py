@@ -196,9 +196,15 @@ class UncertaintyMixin:
             X = (np.asarray(X, dtype=np.float64) - self.input_center_) / self.input_scale_
         return X
 
+    def _copy_params(self):
+        """Parameters a cross-fitting copy changes from this estimator's (none by default)."""
+        return {}
+
     def _fit_copy(self, X, labels, sample_weight):
-        """A clone of this estimator fitted on rows of :meth:`_copy_rows`."""
-        return clone(self).fit(X, labels, sample_weight=sample_weight, classes=self.classes_)
+        """A clone of this estimator, with :meth:`_copy_params`, fitted on rows of
+        :meth:`_copy_rows`."""
+        copy = clone(self).set_params(**self._copy_params())
+        return copy.fit(X, labels, sample_weight=sample_weight, classes=self.classes_)
 
     def calibrate(self, X, y, *, cv=None, score="aps", random_state=None):
         """Calibrate the conformal prediction sets of :meth:`predict_set` on labelled rows.
