@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from sklearn.exceptions import ConvergenceWarning
 
-from bayesord.estimators._isbor import ISBOR, SBOR
+from bayesord.estimators._isbor import ISBOR, SBOR, selection_rows
 
 from test_isbor import N, tiny_data  # tests/ is on sys.path (pytest prepend import mode)
 
@@ -429,3 +429,20 @@ def test_sbor_default_cap_lets_the_last_prunings_finish(datasets_dir):
         warnings.simplefilter("error", ConvergenceWarning)
         model = SBOR(random_state=3).fit(X, ds.y[train])
     assert model.converged_ and 300 < model.n_iter_ < 1000
+
+
+def test_width_selection_subsamples_only_above_one_and_a_half_times_its_rows():
+    """Up to 1.5 x selection_max_samples rows ISBOR's selection uses them all (one program
+    with the final fit; SBOR up to 1 x); above, a sorted random subset of exactly
+    selection_max_samples rows."""
+    rng = np.random.default_rng(0)
+    above = ISBOR._subsample_above
+    assert above == 1.5 and SBOR._subsample_above == 1.0
+    assert selection_rows(1000, 1000, rng, above) is None
+    assert selection_rows(1500, 1000, rng, above) is None
+    rows = selection_rows(1501, 1000, rng, above)
+    assert rows.size == 1000 and np.all(np.diff(rows) > 0) and rows.max() < 1501
+    assert selection_rows(1001, 1000, rng, SBOR._subsample_above).size == 1000
+    X, y = tiny_data()
+    with pytest.raises(ValueError, match="needs the selection to use every row"):
+        ISBOR(selection_max_samples=10, cv=[(np.arange(20), np.arange(20, 40))]).fit(X[:40], y[:40])
