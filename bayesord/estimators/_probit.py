@@ -207,7 +207,7 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
                           "their sds along it mean nothing (predictions are unaffected). Drop one "
                           "column of each group, or give alpha > 0")
         # Rows of weight zero up to a bucket size: fits of nearby sizes share one program.
-        X, codes, sw = pad_rows(bucket_rows(X.shape[0]), X.astype(dtype), codes, sw.astype(dtype))
+        X, codes, sw = pad_rows(bucket_rows(X.shape[0]), X.astype(dtype, copy=False), codes, sw.astype(dtype, copy=False))
         res = _fit_program(X.shape[0])(X, codes, sw, alpha.astype(dtype), tol, config=config,
                                        n_classes=len(self.classes_))
         check_status(res.status, "OrdinalProbit.fit")
@@ -233,7 +233,7 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         X = self._validate_predict(X)
         res = jax.tree_util.tree_map(lambda a: np.asarray(a, float_dtype()), self.result_)
         n = X.shape[0]
-        (X,) = pad_rows(bucket_rows(n), X.astype(float_dtype()))
+        (X,) = pad_rows(bucket_rows(n), X.astype(float_dtype(), copy=False))
         return jax.tree_util.tree_map(lambda a: a[:n], _predict_program(X.shape[0])(res, X))
 
     def predict_proba(self, X):
