@@ -315,7 +315,8 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         if ev[0] > 0 and ev[-1] <= limit * ev[0]:
             return
         ratio = f"{ev[-1] / ev[0]:.1e}" if ev[0] > 0 else "infinite"
-        singular = f"the Hessian is numerically singular: its parameters' correlations have an eigenvalue ratio of {ratio}"
+        singular = ("the Hessian is numerically singular: its parameters' correlations have an eigenvalue "
+                    f"ratio of {ratio}")
         dependent = dependent_columns(X, sw, names) if X.shape[1] else None
         if dependent:
             message = (f"{dependent}. Their coefficients are not determined by the data ({singular}), so "
