@@ -3,6 +3,7 @@ models say, the maximum-likelihood probit agrees with statsmodels on raw columns
 logit link's predictive scale matches quadrature."""
 
 import gzip
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -13,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy.special import expit
 from scipy.stats import norm
+from sklearn.exceptions import ConvergenceWarning
 
 from bayesord import ISBOR, OrdinalProbit
 from bayesord._likelihood import predictive_scale
@@ -160,12 +162,26 @@ def test_ml_fit_names_columns_that_one_hot_coding_made_dependent():
     with pytest.warns(UserWarning, match=r"\['red', 'green', 'blue'\].*alpha > 0"):
         model = OrdinalProbit(thresholds="joint", alpha=0.0).fit(frame, Y0)
     assert model.converged_
-    import warnings
-
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         OrdinalProbit(thresholds="joint", alpha=1.0).fit(frame, Y0)
         OrdinalProbit(thresholds="joint", alpha=0.0).fit(frame.drop(columns="blue"), Y0)
+
+
+def test_ml_fit_of_separated_classes_says_the_estimate_does_not_exist():
+    """Classes cut exactly at values of x: the likelihood approaches 1 as the coefficient
+    grows (complete separation), so maximum likelihood has no estimate; the fit stops with
+    sds of about 1e6 that it must not report silently.  A fixed prior keeps the coefficient
+    finite and says nothing.  (The default evidence mode stops at its iteration cap here and
+    says so: its prior precision heads for 0.)"""
+    x = np.linspace(-2.0, 2.0, 60)[:, None] * 30.0 + 500.0
+    y = np.digitize(x[:, 0], [479.0, 518.0])
+    with pytest.warns(ConvergenceWarning, match="does not exist"):
+        model = OrdinalProbit(thresholds="joint", alpha=0.0).fit(x, y)
+    assert model.result_.loglik > -1e-3  # at the supremum, 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        OrdinalProbit(thresholds="joint", alpha=1.0).fit(x, y)
 
 
 @pytest.mark.slow  # float32 programs of their own: about 15 s of compiling

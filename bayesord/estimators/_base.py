@@ -36,6 +36,7 @@ from .._validation import (
     column_scale_problems,
     encode_known_labels,
     encode_labels,
+    float_dtype,
 )
 from ._formula import SavedCoding, coding_state, formula_rows
 
@@ -415,6 +416,46 @@ def draws_key(random_state):
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise TypeError("random_state must be an int or None")
     return jax.random.key(int(seed))
+
+
+def singular_hessian(cov) -> str | None:
+    """Why a maximum-likelihood fit's Hessian is numerically singular (a phrase for a
+    warning), or None when it is not.
+
+    R's ``clm`` check (``conv.check``: "Hessian is numerically singular: parameters are not
+    uniquely determined"), on ``cov``, the inverse Hessian in parameters that shifting or
+    rescaling a column leaves alone (coefficients of standardised columns).  Singular means
+    a variance above ``1/sqrt(eps)`` of float64 (an sd over 8e3 on standardised columns: all
+    directions undetermined, as under complete separation, where the likelihood flattens
+    everywhere), or correlations whose eigenvalue ratio is above that bound (above
+    ``0.01/eps`` in float32) or which have an eigenvalue that is not positive (one direction
+    undetermined: dependent columns, too many parameters for the rows, or quasi-complete
+    separation).  On the 22 shared data sets (standardised, 5 splits) it fires for
+    ``CumulativeLinkModel`` on tae, marketing, auto_mpg and abalone (one-hot columns that
+    keep every level), on pasture, pyrim10, pyrimidines and triazines (ratios 6e8 to 3e15),
+    and on none of the other 14 (ratios at most 2.3e4).
+    """
+    cov = np.asarray(cov, dtype=np.float64)
+    sd = np.sqrt(np.abs(np.diag(cov)))
+    if cov.size == 0 or not np.all(sd > 0):
+        return None
+    bound = 1.0 / np.sqrt(np.finfo(np.float64).eps)
+    if sd.max() ** 2 > bound:
+        return f"a parameter's sd is {sd.max():.1e} on standardised columns"
+    ev = np.linalg.eigvalsh(cov / np.outer(sd, sd))
+    if ev[0] > 0 and ev[-1] <= min(bound, 0.01 / np.finfo(float_dtype()).eps) * ev[0]:
+        return None
+    ratio = f"{ev[-1] / ev[0]:.1e}" if ev[0] > 0 else "infinite"
+    return f"its parameters' correlations have an eigenvalue ratio of {ratio}"
+
+
+def separation_problem(singular, n_params, n_rows) -> str:
+    """What :func:`singular_hessian` means when no columns are linearly dependent."""
+    return (f"the Hessian is numerically singular ({singular}) although no columns are linearly "
+            "dependent: most likely a combination of columns separates the classes, so the likelihood "
+            "rises without bound along it and the maximum-likelihood estimate does not exist (or the "
+            f"{n_params} parameters are too many for the {n_rows} rows). The estimates along it, their "
+            "sds and p-values mean nothing, and probabilities near 0 or 1 are overconfident")
 
 
 def check_level(level):

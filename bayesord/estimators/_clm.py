@@ -34,6 +34,8 @@ from ._base import (
     fresh_fit,
     marginal_effects_table,
     posterior_table,
+    separation_problem,
+    singular_hessian,
     solver_tol,
     threshold_names,
 )
@@ -290,47 +292,23 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         return self
 
     def _warn_if_not_identified(self, res, X, sw, names):
-        """Warn when the maximum-likelihood fit leaves parameters undetermined.
-
-        The check is R's ``clm`` one (``conv.check``: "Hessian is numerically singular:
-        parameters are not uniquely determined"), made free of the columns' units: the
-        eigenvalues of the parameters' correlation matrix (the inverse Hessian scaled to unit
-        diagonal), in the fit's own parameters on standardised columns (``eta_cov``), so that
-        shifting or rescaling a column changes nothing.  A ratio of largest to smallest above
-        ``1/sqrt(eps)`` of float64 (above ``0.01/eps`` in float32), or an eigenvalue that is
-        not positive, means a direction the likelihood does not determine: dependent columns,
-        more parameters than the rows support, or classes that a combination of columns
-        separates (the likelihood grows without bound, so the estimate does not exist).  On
-        the 22 shared data sets (standardised, 5 splits) it fires on tae, marketing, auto_mpg
-        and abalone (one-hot columns that keep every level), on pasture, pyrim10, pyrimidines
-        and triazines (more columns than the rows determine, or separation; ratios 6e8 to
-        3e15), and on none of the other 14 (ratios at most 2.3e4).
-        """
-        cov = np.asarray(res.eta_cov, dtype=np.float64)
-        sd = np.sqrt(np.abs(np.diag(cov)))
-        if cov.size == 0 or not np.all(sd > 0):
+        """Warn when the maximum-likelihood fit leaves parameters undetermined
+        (:func:`~bayesord.estimators._base.singular_hessian` of ``eta_cov``, the covariance
+        of the fit's own parameters on standardised columns)."""
+        singular = singular_hessian(res.eta_cov)
+        if singular is None:
             return
-        ev = np.linalg.eigvalsh(cov / np.outer(sd, sd))
-        limit = min(1.0 / np.sqrt(np.finfo(np.float64).eps), 0.01 / np.finfo(float_dtype()).eps)
-        if ev[0] > 0 and ev[-1] <= limit * ev[0]:
-            return
-        ratio = f"{ev[-1] / ev[0]:.1e}" if ev[0] > 0 else "infinite"
-        singular = ("the Hessian is numerically singular: its parameters' correlations have an eigenvalue "
-                    f"ratio of {ratio}")
         dependent = dependent_columns(X, sw, names) if X.shape[1] else None
         if dependent:
-            message = (f"{dependent}. Their coefficients are not determined by the data ({singular}), so "
-                       "their estimates, sds and p-values mean nothing; predictions are nearly unaffected. Drop one "
-                       "column of each group, give alpha > 0, or use OrdinalProbit, whose prior determines "
-                       "every coefficient")
+            problem = (f"{dependent}. Their coefficients are not determined by the data (the Hessian is "
+                       f"numerically singular: {singular}), so their estimates, sds and p-values mean "
+                       "nothing; predictions are nearly unaffected. Drop one column of each group, give "
+                       "alpha > 0")
         else:
-            message = (f"{singular}, and no columns are linearly dependent: most likely a combination of "
-                       "columns separates the classes, so the likelihood rises without bound along it and "
-                       f"the maximum-likelihood estimate does not exist (or the {len(sd)} parameters are too "
-                       f"many for the {int(np.count_nonzero(sw))} rows). The estimates along it, their sds and "
-                       "p-values mean nothing, and probabilities near 0 or 1 are overconfident. Give alpha > 0, "
-                       "or use OrdinalProbit, whose prior keeps every coefficient finite")
-        warn_user(f"{type(self).__name__}.fit: {message}", ConvergenceWarning)
+            problem = (f"{separation_problem(singular, len(np.diag(res.eta_cov)), int(np.count_nonzero(sw)))}. "
+                       "Give alpha > 0")
+        warn_user(f"{type(self).__name__}.fit: {problem}, or use OrdinalProbit, whose prior determines every "
+                  "coefficient", ConvergenceWarning)
 
     def _fit_columns(self, columns, config):
         """The functional fit of the training rows with ``columns`` (host arrays)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import jax
 import numpy as np
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_is_fitted
 
 from .. import diagnostics
@@ -31,6 +32,8 @@ from ._base import (
     fresh_fit,
     marginal_effects_table,
     posterior_table,
+    separation_problem,
+    singular_hessian,
     solver_tol,
     threshold_names,
 )
@@ -198,7 +201,9 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         alpha = self._alpha(X.shape[1])
         dtype = float_dtype()
         tol = solver_tol(self.tol, dtype)
-        if config.thresholds == "joint" and np.any(alpha == 0):
+        maximum_likelihood = config.thresholds == "joint" and np.any(alpha == 0)
+        problem = None
+        if maximum_likelihood:
             problem = dependent_columns(X, sw, getattr(self, "feature_names_in_", None))
             if problem:
                 warn_user(f"OrdinalProbit: {problem}. With alpha=0 (maximum likelihood) the "
@@ -215,7 +220,23 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         self.log_evidence_ = float(res.log_evidence)
         self.n_iter_ = int(res.n_iter)
         self.converged_ = bool(res.converged)
+        if maximum_likelihood and not problem:  # dependent columns were named above
+            self._warn_if_separated(int(np.count_nonzero(sw)))
         return self
+
+    def _warn_if_separated(self, n_rows):
+        """After a fit without a prior on some coefficient: warn when the Hessian is
+        numerically singular (:func:`~bayesord.estimators._base.singular_hessian`), read from
+        the joint covariance of the standardised coefficients and the centred latent's
+        thresholds, which shifting or rescaling a column leaves alone."""
+        res = self.result_
+        cross = res.cross_cov * res.scale[:, None]
+        cov = np.block([[res.coef_cov * np.outer(res.scale, res.scale), cross], [cross.T, res.thresholds_cov]])
+        singular = singular_hessian(cov)
+        if singular is not None:
+            warn_user(f"OrdinalProbit.fit: {separation_problem(singular, cov.shape[0], n_rows)}. Give alpha > 0, "
+                      "or use thresholds='evidence' (the default), whose tuned prior keeps every coefficient "
+                      "finite", ConvergenceWarning)
 
     def _set_result(self, res):
         """The fitted attributes that follow from the functional result."""
