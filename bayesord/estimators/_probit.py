@@ -212,7 +212,8 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
                           "their sds along it mean nothing (predictions are unaffected). Drop one "
                           "column of each group, or give alpha > 0")
         # Rows of weight zero up to a bucket size: fits of nearby sizes share one program.
-        X, codes, sw = pad_rows(bucket_rows(X.shape[0]), X.astype(dtype, copy=False), codes, sw.astype(dtype, copy=False))
+        X, codes, sw = pad_rows(bucket_rows(X.shape[0]), X.astype(dtype, copy=False), codes,
+                                sw.astype(dtype, copy=False))
         res = _fit_program(X.shape[0])(X, codes, sw, alpha.astype(dtype), tol, config=config,
                                        n_classes=len(self.classes_))
         check_status(res.status, "OrdinalProbit.fit")
@@ -361,8 +362,8 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
     def _copy_params(self):
         """The cross-fitted copies of :meth:`calibrate` stop at a relative tolerance of
         :data:`_COPY_TOL` (or the model's own, when looser): they only score their held-out
-        fold, and their probabilities then differ from a fit to 1e-10 by at most 3e-5 on the
-        shared sets, against differences of order ``1/sqrt(n)`` between the folds' fits
+        fold, and their probabilities then differ from a fit to 1e-10 by at most 3.2e-5 on
+        three shared sets, against differences of order ``1/sqrt(n)`` between the folds' fits
         themselves; it saves 20-35% of each copy's time."""
         return {"tol": max(solver_tol(self.tol, float_dtype()), _COPY_TOL)}
 
