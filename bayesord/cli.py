@@ -354,15 +354,25 @@ def _standardization(X):
 
 def _formula_class(args):
     """The estimator a ``--formula`` fit makes: OrdinalMixed for a group term, the cumulative
-    link model with ``--nominal``/``--scale``, else OrdinalProbit (``--model probit``)."""
-    if args.model != "probit":
-        raise ValueError(f"--formula fits the probit family (OrdinalProbit, the mixed model with a group "
-                         f"term, the cumulative link model with --nominal/--scale), not --model {args.model}")
-    _configure_jax()
-    from . import estimators
+    link model with ``--nominal``/``--scale``, else OrdinalProbit (``--model probit``) or the
+    ``--model`` named (its text columns coded by the formula, standardised as without one)."""
     from .estimators._formula import has_group_term
 
     grouped = has_group_term(args.formula)
+    if args.model != "probit":
+        if grouped or args.nominal or args.scale:
+            raise ValueError(f"group terms, --nominal and --scale belong to the probit family (OrdinalMixed, "
+                             f"CumulativeLinkModel), not --model {args.model}")
+        if args.model == "tor":
+            raise ValueError("--formula does not code tor's unlabeled rows: code the text columns of both "
+                             "files yourself and use --unlabeled")
+        _configure_jax()
+        from . import estimators
+
+        return getattr(estimators, COMMANDS[args.model].name)
+    _configure_jax()
+    from . import estimators
+
     if grouped and (args.nominal or args.scale):
         raise ValueError("--nominal and --scale do not combine with a group term (the mixed model has "
                          "neither)")
@@ -382,6 +392,8 @@ def _fit_formula(args) -> int:
         raise ValueError(f"--calibrate: {cls.__name__} has no conformal calibration yet")
     params = _model_params(args, cls)
     extra = {name: getattr(args, name) for name in ("nominal", "scale") if getattr(args, name)}
+    # The models without a formula of their own standardise their coded columns as fit does.
+    standardize = {} if args.model == "probit" else {"standardize": args.standardize and cls._scale_sensitive}
     response = args.formula.split("~")[0].strip()
     if args.classes is not None and response in frame.columns:
         params["classes"] = _parse_classes(args.classes, frame[response], response)
@@ -393,7 +405,7 @@ def _fit_formula(args) -> int:
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught, compile_seconds() as compiling:
         warnings.simplefilter("always")
-        model = cls.from_formula(args.formula, frame, **extra, **params)
+        model = cls.from_formula(args.formula, frame, **extra, **standardize, **params)
     if args.progress:
         _progress.show(_fitted_line(name, time.perf_counter() - t0, compiling), final=True)
     for w in dict.fromkeys(str(w.message) for w in caught):
@@ -402,7 +414,17 @@ def _fit_formula(args) -> int:
         _calibrate(model, frame, frame[response], None, args)
     with _replacing(out) as tmp:
         model.save(tmp)
+    if standardize.get("standardize"):
+        print(f"standardised the {model.n_features_in_} coded columns (mean 0, sd 1 over the {frame.shape[0]} "
+              "training rows); the model file keeps the coding and the transform, and predict applies "
+              "both to raw rows")
+    if not COMMANDS[args.model].bayesian:
+        _print_fit(model, frame, frame[response], args)
+        return 0
     print(_summary_text(model))
+    if args.model != "probit":
+        print(f"\n{len(model.relevance_indices_)} relevance vectors of {frame.shape[0]} rows; kernel "
+              f"{model.kernel}, width {model.theta_:g}; noise sigma {model.sigma_:.4f}")
     print(f"\n{name} from {args.formula!r}"
           + "".join(f", {k} {v!r}" for k, v in extra.items())
           + f"; converged {model.converged_}; saved to {args.out} (predict reads raw rows of the same columns)")
@@ -769,10 +791,10 @@ def _parser():
                         "coverage guaranteed on exchangeable rows)")
     f.add_argument("--formula", metavar="FORMULA",
                    help="fit from a formula on the CSV's columns as they are, e.g. "
-                        "'rating ~ temp + contact' (text columns coded as treatment contrasts; the "
-                        "response is the left side, --target is not used); a group term "
-                        "'(1 | judge)' fits the ordinal mixed model; no standardising is needed "
-                        "(the models standardise inside the fit)")
+                        "'rating ~ temp + contact' or 'y ~ .' (text columns coded as treatment "
+                        "contrasts; the response is the left side, --target is not used); a group "
+                        "term '(1 | judge)' fits the ordinal mixed model; any --model but tor (the "
+                        "margin models' coded columns are standardised, as without a formula)")
     f.add_argument("--nominal", metavar="FORMULA",
                    help="with --formula: terms that shift each threshold separately, e.g. "
                         "'~ contact' (the cumulative link model, as R's clm(nominal =))")

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bayesord import CumulativeLinkModel, OrdinalProbit
+from bayesord import NPSVOR, CumulativeLinkModel, OrdinalProbit, PRank, load_model
 from bayesord.cli import main
 from bayesord.datasets import make_ordinal_probit
 
@@ -40,3 +40,54 @@ def test_command_line_formula_with_dot_predicts_rows_without_the_response(frame,
     assert main(["predict", str(model), str(new), "--out", str(out)]) == 0
     ref = OrdinalProbit.from_formula("y ~ dose + ph + site", frame)
     np.testing.assert_array_equal(pd.read_csv(out)["prediction"], ref.predict(frame))
+
+
+def _coded(frame):
+    """The reference coding, by hand: site as treatment contrasts against its first level."""
+    return pd.DataFrame({"dose": frame["dose"], "ph": frame["ph"],
+                         "site[T.b]": (frame["site"] == "b").astype(float),
+                         "site[T.c]": (frame["site"] == "c").astype(float)})
+
+
+@pytest.mark.parametrize("cls", [NPSVOR, PRank])
+def test_margin_models_from_a_formula_are_fits_on_the_coded_standardised_columns(frame, cls, tmp_path):
+    """Any estimator takes a formula: the margin models (whose fit depends on column scales)
+    standardise the coded columns and keep the transform; the reference is the same model
+    fitted on columns coded and standardised by hand."""
+    model = cls.from_formula("y ~ .", frame, random_state=0)
+    coded = _coded(frame)
+    center, scale = coded.mean().to_numpy(), coded.std(ddof=0).to_numpy()
+    reference = cls(random_state=0).fit(((coded - center) / scale).to_numpy(), frame["y"])
+    np.testing.assert_allclose(model.input_center_, center, rtol=1e-12)
+    np.testing.assert_allclose(model.input_scale_, scale, rtol=1e-12)
+    new = frame.drop(columns="y")
+    np.testing.assert_array_equal(model.predict(new), reference.predict(((coded - center) / scale).to_numpy()))
+    model.save(tmp_path / "m.npz")
+    np.testing.assert_array_equal(load_model(tmp_path / "m.npz").predict(new), model.predict(new))
+    # A plain refit drops the formula's coding (and the fit its transform): arrays again.
+    standardised = ((coded - center) / scale).to_numpy()
+    model.fit(standardised, frame["y"])
+    np.testing.assert_array_equal(model.predict(standardised), reference.predict(standardised))
+
+
+def test_a_model_that_standardises_itself_takes_the_formula_as_coded(frame):
+    model = OrdinalProbit.from_formula("y ~ .", frame)
+    assert getattr(model, "input_center_", None) is None
+    reference = OrdinalProbit().fit(_coded(frame), frame["y"])
+    np.testing.assert_allclose(model.coef_, reference.coef_, rtol=1e-10)
+
+
+def test_command_line_formula_fits_any_model_but_tor(frame, tmp_path, capsys):
+    train, new, out, model = (tmp_path / n for n in ("train.csv", "new.csv", "p.csv", "m.npz"))
+    frame.to_csv(train, index=False)
+    frame.drop(columns="y").to_csv(new, index=False)
+    assert main(["fit", str(train), "--formula", "y ~ .", "--model", "npsvor", "--out", str(model),
+                 "--quiet"]) == 0
+    assert main(["predict", str(model), str(new), "--out", str(out)]) == 0
+    expected = NPSVOR.from_formula("y ~ .", frame, random_state=0).predict(frame.drop(columns="y"))
+    np.testing.assert_array_equal(pd.read_csv(out)["prediction"], expected)
+    assert main(["fit", str(train), "--formula", "y ~ .", "--model", "tor", "--out", str(tmp_path / "t.npz")]) == 2
+    assert "unlabeled rows" in capsys.readouterr().err
+    assert main(["fit", str(train), "--formula", "y ~ dose", "--model", "npsvor", "--nominal", "~ site",
+                 "--out", str(tmp_path / "n.npz")]) == 2
+    assert "belong to the probit family" in capsys.readouterr().err

@@ -33,12 +33,21 @@ from .._validation import (
     check_sample_weight,
     class_weights,
     check_X,
+    column_moments,
     column_scale_problems,
     encode_known_labels,
     encode_labels,
     float_dtype,
 )
-from ._formula import SavedCoding, coding_state, formula_rows
+from ._formula import (
+    SavedCoding,
+    check_formula_data,
+    coding_state,
+    design_matrix,
+    formula_rows,
+    predictors,
+    split_formula,
+)
 
 __all__ = ["BAYES_ONE_CLASS_HINT", "OrdinalEstimator", "SavableMixin", "SnapshotSavableMixin", "binary_columns",
            "class_from_proba", "fit_key", "fit_rng", "fresh_fit", "internal_fits", "marginal_effects_table",
@@ -89,6 +98,45 @@ class OrdinalEstimator(BaseEstimator):
     _one_class_hint = ("Standardise the columns, and try a weaker penalty (a larger C) or, for a "
                        "kernel, a width on the data's scale (gamma='scale'); a fit that stopped early "
                        "(converged_ False) can do this too.")
+
+    @classmethod
+    def from_formula(cls, formula, data, sample_weight=None, standardize=None, **params):
+        """Fit ``formula`` (``"rating ~ temp + contact"``, ``"y ~ ."``) to the DataFrame ``data``.
+
+        Terms in formulaic's (R-like) syntax; text columns coded as treatment contrasts
+        against their first level (``temp[T.warm]``); no intercept column (the thresholds, or
+        the model's own offsets, hold it).  The fitted model then takes DataFrames with the
+        formula's columns in every prediction method, codes them as the fit did, and saves
+        that coding with itself.
+
+        Args:
+            formula: ``"response ~ terms"``; ``.`` is every other column.
+            data: a DataFrame holding the response and the columns the terms name.
+            sample_weight: optional (n,) non-negative weights.
+            standardize: centre and scale the coded columns to sd 1 before the fit, keeping
+                the transform (``input_center_``, ``input_scale_``) for new rows, as
+                ``bayesord fit`` does.  None (default): for the models whose fit depends on
+                the columns' scales (the margin models; coefficients are then per sd of
+                each coded column), not for those that standardise inside the fit.
+            **params: constructor parameters.
+
+        Returns:
+            The fitted estimator.
+        """
+        response, terms, _, _ = split_formula(formula, group_term=False)
+        check_formula_data(formula, data, response)
+        X, spec = design_matrix(terms, predictors(data, response))
+        model = cls(**params)
+        if cls._scale_sensitive if standardize is None else standardize:
+            center, scale, constant = column_moments(X.to_numpy(dtype=np.float64))
+            scale = np.where(constant, 1.0, scale)
+            model.fit((X - center) / scale, data[response], sample_weight=sample_weight)
+            set_input_transform(model, center, scale)
+        else:
+            model.fit(X, data[response], sample_weight=sample_weight)
+        model.formula_ = formula
+        model._spec = spec
+        return model
 
     @property
     def status_(self):
@@ -511,9 +559,12 @@ def marginal_effects_table(effect, sd, terms, classes, binary, level):
 
 
 def reset_fitted(est) -> None:
-    """Remove every fitted attribute (trailing underscore) so a failed fit leaves no half state."""
+    """Remove every fitted attribute (trailing underscore) and a formula's coding
+    (``_spec``, which belongs to the fit ``from_formula`` made) so a failed fit leaves no
+    half state and a plain refit takes arrays again."""
     for name in [k for k in vars(est) if k.endswith("_") and not k.startswith("__")]:
         delattr(est, name)
+    vars(est).pop("_spec", None)
 
 
 def fresh_fit(fit):

@@ -37,7 +37,6 @@ from ._base import (
     solver_tol,
     threshold_names,
 )
-from ._formula import check_formula_data, design_matrix, predictors, split_formula
 from ._uncertainty import UncertaintyMixin
 
 __all__ = ["OrdinalProbit"]
@@ -136,27 +135,6 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         self.class_weight = class_weight
 
     # ------------------------------------------------------------------ fitting
-    @classmethod
-    def from_formula(cls, formula, data, sample_weight=None, **params):
-        """Fit ``formula`` (``"rating ~ temp + contact"``) to the DataFrame ``data``.
-
-        Terms in formulaic's (R-like) syntax; text columns coded as treatment contrasts
-        against their first level (``temp[T.warm]``); the intercept is left to the
-        thresholds.  Every prediction method then takes DataFrames with the formula's columns,
-        and ``summary()`` is labelled by term.  A group term ``(1 | g)`` needs
-        :class:`bayesord.OrdinalMixed`.
-
-        Returns:
-            The fitted estimator.
-        """
-        response, terms, _, _ = split_formula(formula, group_term=False)
-        check_formula_data(formula, data, response)
-        X, spec = design_matrix(terms, predictors(data, response))
-        model = cls(**params).fit(X, data[response], sample_weight=sample_weight)
-        model.formula_ = formula
-        model._spec = spec
-        return model
-
     def _config(self):
         check_positive_ints(self, "max_iter", "max_newton", "n_draws")
         return ProbitConfig(link=self.link, thresholds=self.thresholds, prior=self.prior,
@@ -195,7 +173,6 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
             ConvergenceWarning: an iteration cap was reached.
         """
         config = self._config()
-        self._spec = None  # a formula's coding applies to the fit from_formula makes only
         X, codes, sw = self._validate_fit(X, y, sample_weight, classes)
         self.binary_columns_ = binary_columns(X)
         alpha = self._alpha(X.shape[1])
