@@ -122,6 +122,12 @@ def _demo(args) -> int:
     return 0
 
 
+def _relevance_line(model, n_rows):
+    """What ``fit`` prints under an ISBOR/SBOR summary."""
+    return (f"\n{len(model.relevance_indices_)} relevance vectors of {n_rows} rows; kernel {model.kernel}, "
+            f"width {model.theta_:g}; noise sigma {model.sigma_:.4f}")
+
+
 def _summary_text(model, digits=4):
     """A Bayesian model's ``summary()`` as printed: fixed decimals, ``-`` where a row has no
     entry (the thresholds' prior precision)."""
@@ -423,8 +429,7 @@ def _fit_formula(args) -> int:
         return 0
     print(_summary_text(model))
     if args.model != "probit":
-        print(f"\n{len(model.relevance_indices_)} relevance vectors of {frame.shape[0]} rows; kernel "
-              f"{model.kernel}, width {model.theta_:g}; noise sigma {model.sigma_:.4f}")
+        print(_relevance_line(model, frame.shape[0]))
     print(f"\n{name} from {args.formula!r}"
           + "".join(f", {k} {v!r}" for k, v in extra.items())
           + f"; converged {model.converged_}; saved to {args.out} (predict reads raw rows of the same columns)")
@@ -475,8 +480,7 @@ def _fit(args) -> int:
     if COMMANDS[args.model].bayesian:
         print(_summary_text(model))
         if args.model != "probit":
-            print(f"\n{len(model.relevance_indices_)} relevance vectors of {X.shape[0]} rows; kernel "
-                  f"{model.kernel}, width {model.theta_:g}; noise sigma {model.sigma_:.4f}")
+            print(_relevance_line(model, X.shape[0]))
         print(f"\nlog evidence {model.log_evidence_:.4f}; converged {model.converged_}; saved to {args.out}")
         return 0
     _print_fit(model, raw, y, args)
