@@ -23,6 +23,7 @@ import jax
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
@@ -35,6 +36,7 @@ from .._validation import (
     check_X,
     column_moments,
     column_scale_problems,
+    dependent_columns,
     encode_known_labels,
     encode_labels,
     float_dtype,
@@ -497,13 +499,28 @@ def singular_hessian(cov) -> str | None:
     return f"its parameters' correlations have an eigenvalue ratio of {ratio}"
 
 
-def separation_problem(singular, n_params, n_rows) -> str:
-    """What :func:`singular_hessian` means when no columns are linearly dependent."""
-    return (f"the Hessian is numerically singular ({singular}) although no columns are linearly "
-            "dependent: most likely a combination of columns separates the classes, so the likelihood "
-            "rises without bound along it and the maximum-likelihood estimate does not exist (or the "
-            f"{n_params} parameters are too many for the {n_rows} rows). The estimates along it, their "
-            "sds and p-values mean nothing, and probabilities near 0 or 1 are overconfident")
+def warn_if_undetermined(est, cov, X, sw, remedy) -> None:
+    """After a maximum-likelihood fit of ``est`` on rows ``X`` with weights ``sw``: warn
+    (``ConvergenceWarning``) when :func:`singular_hessian` finds its Hessian singular, naming
+    the dependent columns when there are any and otherwise saying that the classes are
+    separated and the estimate does not exist.  ``remedy`` ends the message (what to give
+    instead, after "give alpha > 0, or ...")."""
+    singular = singular_hessian(cov)
+    if singular is None:
+        return
+    dependent = dependent_columns(X, sw, getattr(est, "feature_names_in_", None)) if X.shape[1] else None
+    if dependent:
+        problem = (f"{dependent}. Their coefficients are not determined by the data (the Hessian is "
+                   f"numerically singular: {singular}), so their estimates, sds and p-values mean nothing; "
+                   "predictions are nearly unaffected. Drop one column of each group, give alpha > 0")
+    else:
+        problem = (f"the Hessian is numerically singular ({singular}) although no columns are linearly "
+                   "dependent: most likely a combination of columns separates the classes, so the likelihood "
+                   "rises without bound along it and the maximum-likelihood estimate does not exist (or the "
+                   f"{np.shape(cov)[0]} parameters are too many for the {int(np.count_nonzero(sw))} rows). "
+                   "The estimates along it, their sds and p-values mean nothing, and probabilities near 0 or "
+                   "1 are overconfident. Give alpha > 0")
+    warn_user(f"{type(est).__name__}.fit: {problem}, or {remedy}", ConvergenceWarning)
 
 
 def check_level(level):

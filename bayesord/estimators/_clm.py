@@ -19,7 +19,7 @@ from .._clm import (
 from .._compile_cache import program_for_rows, stored_fit_program
 from .._shapes import bucket_rows, pad_rows
 from .._status import Status, check_status, warn_user
-from .._validation import dependent_columns, float_dtype
+from .._validation import float_dtype
 from ._base import (
     BAYES_ONE_CLASS_HINT,
     OrdinalEstimator,
@@ -34,10 +34,9 @@ from ._base import (
     fresh_fit,
     marginal_effects_table,
     posterior_table,
-    separation_problem,
-    singular_hessian,
     solver_tol,
     threshold_names,
+    warn_if_undetermined,
 )
 from ._formula import check_formula_data, design_matrix, formula_rows, predictors, split_formula
 from ._uncertainty import UncertaintyMixin
@@ -277,8 +276,9 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
                       ConvergenceWarning)
         else:
             check_status(res.status, f"{type(self).__name__}.fit")
-            if self.alpha == 0:
-                self._warn_if_not_identified(res, X, sw, names)
+            if self.alpha == 0:  # maximum likelihood: R's check of the fit's own parameters
+                warn_if_undetermined(self, res.eta_cov, X, sw, "use OrdinalProbit, whose prior determines "
+                                     "every coefficient")
         if int(res.n_crossed):
             warn_user(f"{type(self).__name__}: the thresholds cross at {int(res.n_crossed)} training rows "
                       "(a nominal effect too strong for those rows); the classes between crossed thresholds "
@@ -290,25 +290,6 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         self._spec = None
         self._terms = None
         return self
-
-    def _warn_if_not_identified(self, res, X, sw, names):
-        """Warn when the maximum-likelihood fit leaves parameters undetermined
-        (:func:`~bayesord.estimators._base.singular_hessian` of ``eta_cov``, the covariance
-        of the fit's own parameters on standardised columns)."""
-        singular = singular_hessian(res.eta_cov)
-        if singular is None:
-            return
-        dependent = dependent_columns(X, sw, names) if X.shape[1] else None
-        if dependent:
-            problem = (f"{dependent}. Their coefficients are not determined by the data (the Hessian is "
-                       f"numerically singular: {singular}), so their estimates, sds and p-values mean "
-                       "nothing; predictions are nearly unaffected. Drop one column of each group, give "
-                       "alpha > 0")
-        else:
-            problem = (f"{separation_problem(singular, len(np.diag(res.eta_cov)), int(np.count_nonzero(sw)))}. "
-                       "Give alpha > 0")
-        warn_user(f"{type(self).__name__}.fit: {problem}, or use OrdinalProbit, whose prior determines every "
-                  "coefficient", ConvergenceWarning)
 
     def _fit_columns(self, columns, config):
         """The functional fit of the training rows with ``columns`` (host arrays)."""

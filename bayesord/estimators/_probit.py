@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import jax
 import numpy as np
-from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_is_fitted
 
 from .. import diagnostics
@@ -19,8 +18,8 @@ from .._probit import (
     thresholds_at_zero,
 )
 from .._shapes import bucket_rows, pad_rows
-from .._status import check_status, warn_user
-from .._validation import dependent_columns, float_dtype
+from .._status import check_status
+from .._validation import float_dtype
 from ._base import (
     BAYES_ONE_CLASS_HINT,
     OrdinalEstimator,
@@ -32,10 +31,9 @@ from ._base import (
     fresh_fit,
     marginal_effects_table,
     posterior_table,
-    separation_problem,
-    singular_hessian,
     solver_tol,
     threshold_names,
+    warn_if_undetermined,
 )
 from ._uncertainty import UncertaintyMixin
 
@@ -170,7 +168,9 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
             FloatingPointError: the solver hit a non-finite value or a failed Cholesky.
 
         Warns:
-            ConvergenceWarning: an iteration cap was reached.
+            ConvergenceWarning: an iteration cap was reached; or, for maximum likelihood
+                (``thresholds="joint"``, ``alpha=0``), the data do not determine the fit:
+                dependent columns (named), or classes the columns separate.
         """
         config = self._config()
         X, codes, sw = self._validate_fit(X, y, sample_weight, classes)
@@ -178,43 +178,34 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         alpha = self._alpha(X.shape[1])
         dtype = float_dtype()
         tol = solver_tol(self.tol, dtype)
-        maximum_likelihood = config.thresholds == "joint" and np.any(alpha == 0)
-        problem = None
-        if maximum_likelihood:
-            problem = dependent_columns(X, sw, getattr(self, "feature_names_in_", None))
-            if problem:
-                warn_user(f"OrdinalProbit: {problem}. With alpha=0 (maximum likelihood) the "
-                          "thresholds absorb that combination, so its coefficients are not "
-                          "identified: the fit reports one of many equally good solutions, and "
-                          "their sds along it mean nothing (predictions are unaffected). Drop one "
-                          "column of each group, or give alpha > 0")
         # Rows of weight zero up to a bucket size: fits of nearby sizes share one program.
-        X, codes, sw = pad_rows(bucket_rows(X.shape[0]), X.astype(dtype, copy=False), codes,
-                                sw.astype(dtype, copy=False))
-        res = _fit_program(X.shape[0])(X, codes, sw, alpha.astype(dtype), tol, config=config,
-                                       n_classes=len(self.classes_))
+        rows = pad_rows(bucket_rows(X.shape[0]), X.astype(dtype, copy=False), codes, sw.astype(dtype, copy=False))
+        res = _fit_program(rows[0].shape[0])(*rows, alpha.astype(dtype), tol, config=config,
+                                             n_classes=len(self.classes_))
         check_status(res.status, "OrdinalProbit.fit")
         self._set_result(jax.tree_util.tree_map(np.asarray, res))
         self.log_evidence_ = float(res.log_evidence)
         self.n_iter_ = int(res.n_iter)
         self.converged_ = bool(res.converged)
-        if maximum_likelihood and not problem:  # dependent columns were named above
-            self._warn_if_separated(int(np.count_nonzero(sw)))
+        if config.thresholds == "joint" and np.any(alpha == 0):  # maximum likelihood: R's clm check
+            warn_if_undetermined(self, self._standardised_cov(), X, sw, "use thresholds='evidence' (the "
+                                 "default), whose tuned prior keeps every coefficient finite")
         return self
 
-    def _warn_if_separated(self, n_rows):
-        """After a fit without a prior on some coefficient: warn when the Hessian is
-        numerically singular (:func:`~bayesord.estimators._base.singular_hessian`), read from
-        the joint covariance of the standardised coefficients and the centred latent's
-        thresholds, which shifting or rescaling a column leaves alone."""
+    def _standardised_cov(self):
+        """The joint posterior covariance of the standardised coefficients and the centred
+        latent's thresholds: parameters that shifting or rescaling a column leaves alone."""
         res = self.result_
         cross = res.cross_cov * res.scale[:, None]
-        cov = np.block([[res.coef_cov * np.outer(res.scale, res.scale), cross], [cross.T, res.thresholds_cov]])
-        singular = singular_hessian(cov)
-        if singular is not None:
-            warn_user(f"OrdinalProbit.fit: {separation_problem(singular, cov.shape[0], n_rows)}. Give alpha > 0, "
-                      "or use thresholds='evidence' (the default), whose tuned prior keeps every coefficient "
-                      "finite", ConvergenceWarning)
+        return np.block([[res.coef_cov * np.outer(res.scale, res.scale), cross], [cross.T, res.thresholds_cov]])
+
+    def _copy_params(self):
+        """The cross-fitted copies of :meth:`calibrate` stop at a relative tolerance of
+        :data:`_COPY_TOL` (or the model's own, when looser): they only score their held-out
+        fold, and their probabilities then differ from a fit to 1e-10 by at most 3.2e-5 on
+        three shared sets, against differences of order ``1/sqrt(n)`` between the folds' fits
+        themselves; it saves 20-35% of each copy's time."""
+        return {"tol": max(solver_tol(self.tol, float_dtype()), _COPY_TOL)}
 
     def _set_result(self, res):
         """The fitted attributes that follow from the functional result."""
@@ -336,14 +327,6 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         return marginal_effects_table(effect, sd, names, self.classes_, self.binary_columns_, level)
 
     # ------------------------------------------------------------ persistence
-    def _copy_params(self):
-        """The cross-fitted copies of :meth:`calibrate` stop at a relative tolerance of
-        :data:`_COPY_TOL` (or the model's own, when looser): they only score their held-out
-        fold, and their probabilities then differ from a fit to 1e-10 by at most 3.2e-5 on
-        three shared sets, against differences of order ``1/sqrt(n)`` between the folds' fits
-        themselves; it saves 20-35% of each copy's time."""
-        return {"tol": max(solver_tol(self.tol, float_dtype()), _COPY_TOL)}
-
     def _saved_state(self):
         arrays = {f"result.{k}": v for k, v in self.result_._asdict().items()}
         arrays["binary_columns_"] = np.asarray(self.binary_columns_)
