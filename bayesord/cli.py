@@ -365,23 +365,20 @@ def _formula_class(args):
     from .estimators._formula import has_group_term
 
     grouped = has_group_term(args.formula)
-    if args.model != "probit":
-        if grouped or args.nominal or args.scale:
-            raise ValueError(f"group terms, --nominal and --scale belong to the probit family (OrdinalMixed, "
-                             f"CumulativeLinkModel), not --model {args.model}")
-        if args.model == "tor":
-            raise ValueError("--formula does not code tor's unlabeled rows: code the text columns of both "
-                             "files yourself and use --unlabeled")
-        _configure_jax()
-        from . import estimators
-
-        return getattr(estimators, COMMANDS[args.model].name)
-    _configure_jax()
-    from . import estimators
-
+    if args.model != "probit" and (grouped or args.nominal or args.scale):
+        raise ValueError(f"group terms, --nominal and --scale belong to the probit family (OrdinalMixed, "
+                         f"CumulativeLinkModel), not --model {args.model}")
+    if args.model == "tor":
+        raise ValueError("--formula does not code tor's unlabeled rows: code the text columns of both "
+                         "files yourself and use --unlabeled")
     if grouped and (args.nominal or args.scale):
         raise ValueError("--nominal and --scale do not combine with a group term (the mixed model has "
                          "neither)")
+    _configure_jax()
+    from . import estimators
+
+    if args.model != "probit":
+        return getattr(estimators, COMMANDS[args.model].name)
     if grouped:
         return estimators.OrdinalMixed
     return estimators.CumulativeLinkModel if (args.nominal or args.scale) else estimators.OrdinalProbit
