@@ -125,7 +125,8 @@ def _demo(args) -> int:
 def _relevance_line(model, n_rows):
     """What ``fit`` prints under an ISBOR/SBOR summary."""
     return (f"\n{len(model.relevance_indices_)} relevance vectors of {n_rows} rows; kernel {model.kernel}, "
-            f"width {model.theta_:g}; noise sigma {model.sigma_:.4f}")
+            f"width {model.theta_:g}; noise sigma {model.sigma_:.4f}"
+            + (f" (x {model.sigma_factor_:g} in predictions, by CV)" if model.sigma_factor_ != 1 else ""))
 
 
 def _summary_text(model, digits=4):

@@ -69,7 +69,8 @@ LINEAR_PEERS = ["mord LogisticAT", "statsmodels probit", "LogisticRegression"]
 VARIANTS = {"ISBOR absolute grid": lambda seed: bayesord.ISBOR(theta_grid=(0.01, 0.1, 1.0, 10.0), random_state=seed),
             "PRank unaveraged": lambda seed: bayesord.PRank(averaged=False, random_state=seed),
             "ISBOR linear": lambda seed: bayesord.ISBOR(kernel="linear", random_state=seed),
-            "OrdinalProbit ard": lambda seed: bayesord.OrdinalProbit(prior="ard", random_state=seed)}
+            "OrdinalProbit ard": lambda seed: bayesord.OrdinalProbit(prior="ard", random_state=seed),
+            "ISBOR uncalibrated": lambda seed: bayesord.ISBOR(calibrate_sigma=False, random_state=seed)}
 
 
 class _Majority:

@@ -136,7 +136,8 @@ def test_theta_auto_by_evidence_and_cv(data):
     # The grid is one sequential call (lax.map); its scores are the evidences of separate fits.
     Xj, yj, sw = jnp.asarray(X), jnp.asarray(y, jnp.int32), jnp.ones(len(y))
     key = jax.random.PRNGKey(3)
-    _, scores = ev._select_theta(Xj, yj, sw, 3, key, np.random.RandomState(0))
+    _, scores, factor = ev._select_theta(Xj, yj, sw, 3, key, np.random.RandomState(0))
+    assert factor == 1.0  # sigma is widened only by CV
     cand = jnp.arange(len(y), dtype=jnp.int32)
     config = ev._config(len(y), len(y), 3, Xj.dtype)
     separate = [float(ev._solver(Xj, yj, sw, cand, key, t, ev.min_delta, config).log_evidence)
@@ -175,31 +176,91 @@ def test_the_default_width_selection_does_not_depend_on_the_units(data, tmp_path
 @pytest.mark.slow
 def test_theta_auto_by_cv_equals_separate_fold_fits(data, scoring):
     """CV scores are the pooled held-out MAE / log probability of one fit per fold (the
-    fold's rows at weight 0), recomputed here from separate fits with NumPy."""
+    fold's rows at weight 0), recomputed here from separate fits with NumPy; the factor on
+    sigma is the one of SIGMA_FACTORS with the lowest pooled held-out log-loss of the chosen
+    width's fold fits, their sigma times the factor."""
     from bayesord._isbor import predict_isbor
+    from bayesord.estimators._isbor import SIGMA_FACTORS
 
     X, y = data
     grid = (0.1, 1.0)
     est = small_model(theta="auto", theta_grid=grid, theta_selection="cv", cv=3, cv_scoring=scoring)
     Xj, yj, sw = jnp.asarray(X), jnp.asarray(y, jnp.int32), jnp.ones(len(y))
     key = jax.random.PRNGKey(5)
-    theta, scores = est._select_theta(Xj, yj, sw, 3, key, np.random.RandomState(1))
+    theta, scores, factor = est._select_theta(Xj, yj, sw, 3, key, np.random.RandomState(1))
     assert theta == grid[int(np.argmax(scores))]
     folds = np.random.RandomState(1).permutation(len(y)) % 3
     cand = jnp.arange(len(y), dtype=jnp.int32)
     config = est._config(len(y), len(y), 3, Xj.dtype)
     for t, score in zip(grid, scores):
-        loss = np.zeros(len(y))
+        loss, fits = np.zeros(len(y)), []
         for k in range(3):
             # The fold fits' documented tolerance: min_delta or 1e-3 nats per row, the looser.
-            res = est._solver(Xj, yj, jnp.asarray(folds != k, float), cand, key, t,
-                              max(est.min_delta, 1e-3 * len(y)), config)
-            pred = predict_isbor(res, Xj[folds == k])
+            fits.append(est._solver(Xj, yj, jnp.asarray(folds != k, float), cand, key, t,
+                                    max(est.min_delta, 1e-3 * len(y)), config))
+            pred = predict_isbor(fits[-1], Xj[folds == k])
             if scoring == "mae":
                 loss[folds == k] = np.abs(np.asarray(pred.labels) - y[folds == k])
             else:
                 loss[folds == k] = -np.log(np.asarray(pred.proba)[np.arange((folds == k).sum()), y[folds == k]])
         np.testing.assert_allclose(score, -loss.mean(), rtol=1e-6)
+        if t == theta:
+            chosen_fits = fits
+    held_out_loss = []
+    for f in SIGMA_FACTORS:
+        loss = np.zeros(len(y))
+        for k, res in enumerate(chosen_fits):
+            proba = np.asarray(predict_isbor(res._replace(sigma=res.sigma * f), Xj[folds == k]).proba)
+            loss[folds == k] = -np.log(proba[np.arange((folds == k).sum()), y[folds == k]])
+        held_out_loss.append(loss.mean())
+    assert factor == SIGMA_FACTORS[int(np.argmin(held_out_loss))]
+
+
+def noisy_data(seed, n=N, noise=0.5):
+    """tiny_data's signal with more noise, cut at fixed values: on 60 rows the
+    evidence-fitted model is over-confident."""
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-2, 2, size=(n, 2))
+    f = np.sin(1.5 * X[:, 0]) + 0.5 * X[:, 1] + rng.normal(0, noise, n)
+    return X, np.digitize(f, [-0.5, 0.5]).astype(np.int32)
+
+
+def test_calibrate_sigma_widens_the_predictive_probabilities_and_nothing_else(tmp_path):
+    from bayesord._isbor import predict_isbor
+    from bayesord.estimators._isbor import SIGMA_FACTORS
+
+    X, y = noisy_data(2)
+    on = small_model(theta="auto", theta_grid=(0.1, 1.0)).fit(X, y)
+    off = small_model(theta="auto", theta_grid=(0.1, 1.0), calibrate_sigma=False).fit(X, y)
+    assert on.sigma_factor_ in SIGMA_FACTORS and on.sigma_factor_ > 1 and off.sigma_factor_ == 1.0
+    assert small_model().fit(X, y).sigma_factor_ == 1.0  # a fixed width: no fold fits
+    for name in ("theta_", "sigma_", "coef_", "thresholds_", "relevance_indices_"):
+        np.testing.assert_array_equal(getattr(on, name), getattr(off, name), err_msg=name)
+    np.testing.assert_array_equal(on.predict(X), off.predict(X))
+    wider = on.result_._replace(sigma=on.result_.sigma * on.sigma_factor_)
+    np.testing.assert_allclose(on.predict_proba(X), predict_isbor(wider, X).proba, rtol=1e-9, atol=1e-12)
+    assert np.max(on.predict_proba(X), axis=1).mean() < np.max(off.predict_proba(X), axis=1).mean()
+    on.save(tmp_path / "on.npz")
+    loaded = ISBOR.load(tmp_path / "on.npz")
+    assert loaded.sigma_factor_ == on.sigma_factor_
+    np.testing.assert_array_equal(loaded.predict_proba(X), on.predict_proba(X))
+    with pytest.raises(TypeError, match="calibrate_sigma"):
+        small_model(calibrate_sigma="yes").fit(X, y)
+
+
+@pytest.mark.slow
+def test_calibrate_sigma_lowers_the_log_loss_on_new_rows_after_sixty():
+    """Four data sets of 60 training rows, each scored on 2,000 new rows from its generator."""
+    from bayesord.metrics import ordinal_log_loss
+
+    losses = {True: [], False: []}
+    for seed in range(4):
+        X, y = noisy_data(seed)
+        X_new, y_new = noisy_data(100 + seed, n=2000)
+        for calibrate in (True, False):
+            model = small_model(theta="auto", theta_grid=(0.1, 1.0), calibrate_sigma=calibrate).fit(X, y)
+            losses[calibrate].append(ordinal_log_loss(y_new, model.predict_proba(X_new)))
+    assert np.mean(losses[True]) < np.mean(losses[False]) - 0.01
 
 
 def test_cv_width_search_stops_after_two_widths_in_a_row_score_below_the_best(data, monkeypatch):
@@ -217,10 +278,11 @@ def test_cv_width_search_stops_after_two_widths_in_a_row_score_below_the_best(da
         q = 0.9 / theta  # the true class's probability falls as the kernel narrows
         proba = np.full((weights.shape[0], len(y), 3), (1 - q) / 2)
         proba[:, np.arange(len(y)), np.asarray(y)] = q
-        return np.tile(np.asarray(y), (weights.shape[0], 1)), proba
+        return np.tile(np.asarray(y), (weights.shape[0], 1)), proba, None
 
     monkeypatch.setattr(est, "_fold_predictions", fake_folds)
-    model = small_model(theta="auto", theta_grid=(3.0, 1.0, 5.0, 2.0, 4.0), cv=3).fit(X, y)
+    # No fold fits to widen sigma on (calibrate_sigma=False).
+    model = small_model(theta="auto", theta_grid=(3.0, 1.0, 5.0, 2.0, 4.0), cv=3, calibrate_sigma=False).fit(X, y)
     assert tried == [1.0, 2.0, 3.0]  # widest first; 2 and 3 fall behind, so 4 and 5 are skipped
     assert model.theta_ == 1.0
     np.testing.assert_array_equal(np.isnan(model.theta_grid_scores_), [False, False, True, False, True])
@@ -228,7 +290,7 @@ def test_cv_width_search_stops_after_two_widths_in_a_row_score_below_the_best(da
     # The fold fits stop at min_delta or at 1e-3 nats per selection row, the looser.
     assert tolerances == [pytest.approx(1e-3 * len(y))] * 3
     tolerances.clear()
-    small_model(theta="auto", theta_grid=(1.0,), cv=3, min_delta=0.5).fit(X, y)
+    small_model(theta="auto", theta_grid=(1.0,), cv=3, min_delta=0.5, calibrate_sigma=False).fit(X, y)
     assert tolerances == [0.5]
 
 
@@ -248,22 +310,22 @@ def test_theta_auto_by_cv_accepts_splitters_and_index_splits(data):
     args = (Xj, yj, sw, 3, key)
     folds = np.random.RandomState(1).permutation(n) % 3
     partition = [(np.flatnonzero(folds != k), np.flatnonzero(folds == k)) for k in range(3)]
-    _, by_int = small_model(theta="auto", theta_grid=grid, theta_selection="cv", cv=3)._select_theta(
+    _, by_int, _ = small_model(theta="auto", theta_grid=grid, theta_selection="cv", cv=3)._select_theta(
         *args, np.random.RandomState(1))
-    _, by_pairs = small_model(theta="auto", theta_grid=grid, theta_selection="cv",
+    _, by_pairs, _ = small_model(theta="auto", theta_grid=grid, theta_selection="cv",
                               cv=partition)._select_theta(*args, np.random.RandomState(7))
     np.testing.assert_allclose(by_pairs, by_int, rtol=1e-12)
     kf = KFold(3, shuffle=True, random_state=0)
-    _, by_splitter = small_model(theta="auto", theta_grid=grid, theta_selection="cv",
+    _, by_splitter, _ = small_model(theta="auto", theta_grid=grid, theta_selection="cv",
                                  cv=kf)._select_theta(*args, np.random.RandomState(7))
-    _, by_its_pairs = small_model(theta="auto", theta_grid=grid, theta_selection="cv",
+    _, by_its_pairs, _ = small_model(theta="auto", theta_grid=grid, theta_selection="cv",
                                   cv=list(kf.split(X)))._select_theta(*args, np.random.RandomState(7))
     np.testing.assert_allclose(by_splitter, by_its_pairs, rtol=1e-12)
 
     rows = np.random.RandomState(2).permutation(n)
     odd = [(rows[:30], rows[30:50]), (rows[20:60], rows[:25])]  # rows 50..59 of rows: train only
     est = small_model(theta="auto", theta_grid=grid, theta_selection="cv", cv=odd, cv_scoring="mae")
-    _, scores = est._select_theta(*args, np.random.RandomState(0))
+    _, scores, _ = est._select_theta(*args, np.random.RandomState(0))
     cand = jnp.arange(n, dtype=jnp.int32)
     config = est._config(n, n, 3, Xj.dtype)
     for t, score in zip(grid, scores):
@@ -296,8 +358,8 @@ def test_theta_auto_by_loo_equals_psis_loo_of_separate_fits(data):
     Xj, yj, sw = jnp.asarray(X), jnp.asarray(y, jnp.int32), jnp.ones(len(y))
     key = jax.random.PRNGKey(3)
     with pytest.warns(UserWarning, match="theta="):  # narrow widths: Pareto k warnings, named
-        theta, scores = est._select_theta(Xj, yj, sw, 3, key, np.random.RandomState(0))
-    assert theta == grid[int(np.argmax(scores))]
+        theta, scores, factor = est._select_theta(Xj, yj, sw, 3, key, np.random.RandomState(0))
+    assert theta == grid[int(np.argmax(scores))] and factor == 1.0
     cand = jnp.arange(len(y), dtype=jnp.int32)
     config = est._config(len(y), len(y), 3, Xj.dtype)
     for t, score in zip(grid, scores):
@@ -370,7 +432,7 @@ def test_save_load_round_trip(model, data, tmp_path):
     for name in ("predict", "predict_proba", "predict_proba_std", "predict_latent"):
         np.testing.assert_array_equal(getattr(loaded, name)(X), getattr(model, name)(X))
     for name in ("classes_", "relevance_indices_", "relevance_vectors_", "coef_", "coef_cov_", "alpha_",
-                 "thresholds_", "evidence_trace_", "actions_", "sigma_", "theta_", "log_evidence_",
+                 "thresholds_", "evidence_trace_", "actions_", "sigma_", "sigma_factor_", "theta_", "log_evidence_",
                  "n_iter_", "converged_", "status_", "n_pruned_"):
         np.testing.assert_array_equal(getattr(loaded, name), getattr(model, name), err_msg=name)
     table = loaded.summary()

@@ -254,7 +254,9 @@ def test_isbor_cv_selection_labels_each_width(capsys):
         score = [s for s in out if s.startswith(f"theta {t:g} ({i + 1}/2): 2-fold CV log-loss ")]
         assert len(score) == 1
         assert float(score[0].split()[-1]) == pytest.approx(-cv.theta_grid_scores_[i], abs=1e-4)
-    chosen = out.index(f"width search: theta {cv.theta_:g} chosen")
+    # The chosen width, and the factor on sigma that the fold fits chose for predictions.
+    chosen = out.index(f"width search: theta {cv.theta_:g} chosen"
+                       + (f"; sigma x {cv.sigma_factor_:g} in predictions" if cv.sigma_factor_ != 1 else ""))
     assert out[chosen + 1:] and all(s.startswith(f"ISBOR theta {cv.theta_:g} ") for s in out[chosen + 1:])
 
 
