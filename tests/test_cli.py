@@ -269,6 +269,16 @@ def test_help_and_argument_errors_do_not_import_jax(argv, tmp_path):
     assert done.stdout.split()[-1] == ("0" if "--help" in argv else "2")
 
 
+def test_the_command_process_exits_with_mains_code_and_output(tmp_path):
+    """``python -m bayesord.cli`` (as the installed command) ends with os._exit after main:
+    the exit code and the error line still come through."""
+    (tmp_path / "d.csv").write_text("x,y\n1.0,1\n2.0,2\n")
+    done = subprocess.run([sys.executable, "-m", "bayesord.cli", "predict", "missing.npz", "d.csv"],
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.startswith("bayesord predict: error:") and "missing.npz" in done.stderr
+
+
 @pytest.mark.slow
 def test_the_library_keeps_compiled_programs_between_processes(tmp_path):
     """``bayesord.OrdinalProbit`` turns the on-disk cache on: a second process reads it."""
@@ -294,6 +304,8 @@ def test_the_library_keeps_compiled_programs_between_processes(tmp_path):
 @pytest.mark.slow
 def test_the_command_keeps_compiled_programs_between_runs(tmp_path):
     """A fit in a fresh process writes the cache; a second one reads it (same output)."""
+    from bayesord import load_model
+
     X, y, _ = make_ordinal_probit(80, 2, 3, seed=6)
     data = tmp_path / "d.csv"
     pd.DataFrame(X, columns=["a", "b"]).assign(y=y).to_csv(data, index=False)
@@ -306,6 +318,10 @@ def test_the_command_keeps_compiled_programs_between_runs(tmp_path):
                                str(tmp_path / f"m{run}.npz"), "--quiet"],
                               env=env, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr
+        # The process ends with os._exit: its output and model file are complete all the same.
+        assert done.stdout.rstrip().endswith(f"saved to {tmp_path / f'm{run}.npz'}")
+        np.testing.assert_array_equal(load_model(tmp_path / f"m{run}.npz").predict(X),
+                                      load_model(tmp_path / "m0.npz").predict(X))
         outputs.append(done.stdout.replace(f"m{run}.npz", ""))
         if run == 0:
             written = {p.name: p.stat().st_mtime_ns for p in cache.iterdir()}
