@@ -111,7 +111,7 @@ def check_X(X, *, name: str = "X", accept_sparse: bool = False, n_features: int 
             try:
                 arr = arr.astype(np.float64)
             except (TypeError, ValueError) as err:
-                raise TypeError(f"{name} must be numeric; found non-numeric entries ({err})") from err
+                raise TypeError(_non_numeric_message(X, name, err)) from err
         if arr.dtype.kind == "c":
             raise ValueError(f"Complex data not supported: {name} has dtype {arr.dtype}")
         if arr.dtype.kind not in "biuf":
@@ -133,6 +133,19 @@ def check_X(X, *, name: str = "X", accept_sparse: bool = False, n_features: int 
             "as input (the number it was fitted with)"
         )
     return X, names
+
+
+def _non_numeric_message(X, name, err):
+    """What a table with text columns is told: which columns, and the two ways to code them."""
+    dtypes = getattr(X, "dtypes", None)  # a pandas DataFrame
+    if dtypes is None:
+        return f"{name} must be numeric; found non-numeric entries ({err})"
+    text = [str(col) for col, dtype in dtypes.items() if getattr(dtype, "kind", "O") not in "biuf"]
+    listed = ", ".join(repr(col) for col in text[:5]) + (f" and {len(text) - 5} more" if len(text) > 5 else "")
+    return (f"{name} must be numeric; column(s) {listed} hold text or categories ({err}). Code them, "
+            "e.g. pd.get_dummies(X, drop_first=True, dtype=float), or fit from a formula, e.g. "
+            "OrdinalProbit.from_formula('y ~ ...', data), which codes them and applies the same "
+            "coding in predict")
 
 
 def _check_not_empty(shape, name, min_features=1):

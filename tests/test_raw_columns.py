@@ -209,3 +209,15 @@ def test_isbor_kernel_fit_is_the_same_on_raw_and_standardised_columns():
         np.testing.assert_array_equal(raw.predict(X_new), std.predict(S_new))
         np.testing.assert_allclose(raw.predict_proba(X_new), std.predict_proba(S_new), atol=1e-5)
         np.testing.assert_allclose(raw.relevance_vectors_, X[raw.relevance_indices_], rtol=1e-5, atol=1e-3)
+
+
+def test_a_table_with_text_columns_is_told_which_and_how_to_code_them():
+    """A pandas frame read from a CSV with a text and a categorical column: the error names
+    them and the two ways on, and the formula way fits the same frame."""
+    frame = pd.DataFrame(X0, columns=["a", "b", "c"]).assign(
+        region=np.where(X0[:, 0] > 0, "north", "south"), size=pd.Categorical(np.where(X0[:, 1] > 0, "L", "S")))
+    with pytest.raises(TypeError, match="column\\(s\\) 'region', 'size' hold text") as err:
+        OrdinalProbit().fit(frame, Y0)
+    assert "pd.get_dummies" in str(err.value) and "from_formula" in str(err.value)
+    model = OrdinalProbit.from_formula("y ~ a + b + c + region + size", frame.assign(y=Y0))
+    assert model.predict(frame).shape == (len(Y0),)
