@@ -268,12 +268,16 @@ def _stored_fit_program(jitted, fallback, result_type):
     return _StoredFitProgram(jitted, fallback, result_type)
 
 
-def stored_fit_program(jitted, n_rows, static_argnames, result_type):
+def stored_fit_program(jitted, n_rows, static_argnames, result_type, *, quick=True):
     """:func:`program_for_rows` for a fit whose inputs are arrays (or pytrees of them) and whose result is a
     ``result_type`` (:func:`bayesord._results.result_type`) with ``config`` among the static
     arguments, through a stored program where it can (module docstring).
 
     Used where nothing else runs: one device, NumPy inputs, the on-disk cache on.  Anything
-    else calls the jitted program as :func:`program_for_rows` would.
+    else calls the jitted program as :func:`program_for_rows` would.  ``quick=False`` keeps
+    the optimised program at every size, for a fit whose run time outweighs its compilation
+    even on few rows (ISBOR's solver runs up to 21 times in a default fit, and runs 2.7-4.6x
+    slower quick-compiled).
     """
-    return _stored_fit_program(jitted, program_for_rows(jitted, n_rows, static_argnames), result_type)
+    fallback = program_for_rows(jitted, n_rows, static_argnames) if quick else jitted
+    return _stored_fit_program(jitted, fallback, result_type)

@@ -60,3 +60,32 @@ def test_without_the_cache_the_jitted_program_runs(monkeypatch):
     args = (X, (y - 1).astype(np.int32), np.ones(24), np.float64(1.0), np.float64(1e-8))
     assert program._program(list(args), jax.tree_util.tree_structure(args),
                             {"config": ProbitConfig(), "n_classes": 3}) is None
+
+
+@pytest.mark.skipif(not _compile_cache._export_ready(), reason="jax.export serialisation needs flatbuffers")
+def test_isbor_fits_through_its_stored_solver_as_through_the_jitted_one():
+    """ISBOR's fold fits and final fit share one stored program, kept optimised (not the quick
+    variant); read back as in a new process it gives the jitted solver's fit."""
+    from bayesord import ISBOR
+    from bayesord._isbor import ISBORResult
+    from bayesord.estimators._isbor import _isbor_program
+
+    X, y, _ = make_ordinal_probit(60, 2, 3, seed=9)
+    model = ISBOR(theta="auto", theta_grid=(0.3, 1.0), cv=3, capacity=16, max_iter=60, random_state=0)
+    program = _compile_cache.stored_fit_program(_isbor_program, 60, ("config",), ISBORResult, quick=False)
+    assert program.fallback is _isbor_program and not program.quick
+    before = set(program.loaded)
+    written = model.fit(X, y)
+    assert len(set(program.loaded) - before) == 1  # the fold fits' and the final fit's program
+    _compile_cache._stored_fit_program.cache_clear()
+    read_back = ISBOR(**model.get_params()).fit(X, y)
+    np.testing.assert_array_equal(read_back.coef_, written.coef_)
+    np.testing.assert_array_equal(read_back.predict_proba(X), written.predict_proba(X))
+    # The jitted solver on the same standardised rows, candidates and key gives the same fit.
+    res = written.result_
+    Xs = (X - res.center) / res.scale
+    config = written._config(60, 60, 3, Xs.dtype)
+    key = jax.random.split(jax.random.PRNGKey(np.random.RandomState(0).randint(2**31 - 1)), 3)[0]
+    jitted = written._solver(Xs, (y - 1).astype(np.int32), np.ones(60), np.arange(60, dtype=np.int32), key,
+                             written.theta_, written.min_delta, config)
+    np.testing.assert_allclose(np.asarray(jitted.w)[np.asarray(jitted.mask)], written.coef_, rtol=1e-6, atol=1e-9)
