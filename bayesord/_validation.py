@@ -27,6 +27,7 @@ __all__ = [
     "encode_labels",
     "encode_known_labels",
     "float_dtype",
+    "non_numeric_columns",
 ]
 
 MAX_IMPLICIT_CLASSES = 1000
@@ -135,12 +136,17 @@ def check_X(X, *, name: str = "X", accept_sparse: bool = False, n_features: int 
     return X, names
 
 
+def non_numeric_columns(frame) -> list[str]:
+    """The names of a DataFrame's columns that do not hold numbers (bool counts as a
+    number): text, categories, dates."""
+    return [str(col) for col, dtype in frame.dtypes.items() if getattr(dtype, "kind", "O") not in "biuf"]
+
+
 def _non_numeric_message(X, name, err):
     """What a table with text columns is told: which columns, and the two ways to code them."""
-    dtypes = getattr(X, "dtypes", None)  # a pandas DataFrame
-    if dtypes is None:
+    if getattr(X, "dtypes", None) is None:  # not a pandas DataFrame
         return f"{name} must be numeric; found non-numeric entries ({err})"
-    text = [str(col) for col, dtype in dtypes.items() if getattr(dtype, "kind", "O") not in "biuf"]
+    text = non_numeric_columns(X)
     listed = ", ".join(repr(col) for col in text[:5]) + (f" and {len(text) - 5} more" if len(text) > 5 else "")
     return (f"{name} must be numeric; column(s) {listed} hold text or categories ({err}). Code them, "
             "e.g. pd.get_dummies(X, drop_first=True, dtype=float), or fit from a formula, e.g. "

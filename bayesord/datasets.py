@@ -24,6 +24,7 @@ import scipy.sparse as sp
 from scipy.special import ndtri
 
 from ._splits import kfold_indices, kfold_masks, random_split, stratified_split
+from ._validation import non_numeric_columns
 
 __all__ = [
     "SHARED_DATASETS",
@@ -140,7 +141,7 @@ def load_csv(path, target: str = "y", dtype=np.float64):
             f"{path.name} has missing values in column(s) {missing} (first rows, 0-based: "
             f"{rows[:5].tolist()}); drop or impute them explicitly before fitting"
         )
-    non_numeric = [str(c) for c in features if not pd.api.types.is_numeric_dtype(frame[c])]
+    non_numeric = non_numeric_columns(frame[features])
     if non_numeric:
         raise TypeError(
             f"{path.name}: feature column(s) {non_numeric} are not numeric; encode them "
