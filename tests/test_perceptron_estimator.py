@@ -51,6 +51,23 @@ def test_partial_fit_streams_like_one_epoch_fit():
     assert stream.n_steps_ == len(y)
 
 
+@pytest.mark.parametrize("make", [CuSumRank, PRank])
+def test_a_row_of_weight_zero_is_left_out_of_the_fit(make):
+    """Weight 0 skips a row altogether: no update, no step of the average, no mistake
+    counted; against the fit of the other rows (same order, no shuffle)."""
+    X, y = _data(seed=4)
+    keep = np.arange(len(y)) % 3 != 0
+    weights = keep.astype(float)
+    settings = dict(max_epochs=4, shuffle=False, averaged=True)
+    zeroed = make(**settings).fit(X, y, sample_weight=weights)
+    without = make(**settings).fit(X[keep], y[keep])
+    np.testing.assert_allclose(zeroed.coef_, without.coef_, atol=1e-12)
+    np.testing.assert_allclose(zeroed.thresholds_, without.thresholds_, atol=1e-12)
+    np.testing.assert_array_equal(zeroed.mistakes_, without.mistakes_)
+    np.testing.assert_allclose(zeroed.abs_error_, without.abs_error_)
+    assert zeroed.n_steps_ == without.n_steps_ == 4 * keep.sum()
+
+
 def test_partial_fit_bad_input():
     X, y = _data(seed=2)
     with pytest.raises(ValueError, match="classes"):
