@@ -104,6 +104,29 @@ def test_cross_fitted_copies_on_threads_score_as_they_do_one_after_another(monke
     np.testing.assert_array_equal(est.conformal_.scores, threaded)
 
 
+@pytest.mark.parametrize("est", [NPSVOR(random_state=0), CuSumRank(random_state=0), PRank(random_state=0),
+                                 OrdinalProbit(thresholds="joint", alpha=0.01)], ids=lambda e: type(e).__name__)
+def test_copies_fitted_side_by_side_are_the_copies_fitted_one_by_one(est):
+    """The cross-fitting copies (and the probability layer's fits) run as one compiled batch;
+    each equals the estimator fitted alone with that row of weights (the reference)."""
+    assert est._batched_copies() and est._zero_weight_drops_row
+    rows = np.arange(200)
+    weights = np.ones((3, rows.size))
+    weights[0, ::3] = 0.0
+    weights[1, 1::3] = 0.0
+    classes = np.unique(Y_ALL)
+    copies = clone(est)._fit_copies(X_STD[rows], Y_ALL[rows], weights, classes)
+    test = X_STD[TEST[:100]]
+    for copy, w in zip(copies, weights):
+        alone = clone(est).fit(X_STD[rows], Y_ALL[rows], sample_weight=w, classes=classes)
+        np.testing.assert_allclose(copy.decision_function(test) if hasattr(copy, "decision_function")
+                                   else copy.predict_proba(test),
+                                   alone.decision_function(test) if hasattr(alone, "decision_function")
+                                   else alone.predict_proba(test), rtol=1e-9, atol=1e-9)
+        np.testing.assert_array_equal(copy.predict(test), alone.predict(test))
+        assert copy.classes_.tolist() == alone.classes_.tolist() and copy.n_features_in_ == 3
+
+
 def test_the_probits_fold_copies_stop_early_and_score_as_full_precision_copies(monkeypatch):
     """The probit's cross-fitted copies stop at a relative tolerance of 1e-4; their held-out
     probabilities against copies fitted to the model's own tolerance (the reference)."""
@@ -239,8 +262,8 @@ def test_conformal_sets_before_calibration_say_what_to_do():
 # ------------------------------------------------------------------- bootstrap
 def test_a_bootstrap_refit_with_unit_weights_is_the_fit():
     est = _fit(RedSVM())
-    again, converged = est._weighted_refit(X_STD[TRAIN], Y_ALL[TRAIN], np.ones(len(TRAIN)))
-    assert converged
+    (again,), failed = est._weighted_refits(X_STD[TRAIN], Y_ALL[TRAIN], np.ones((1, len(TRAIN))))
+    assert failed == 0
     np.testing.assert_allclose(again.coef_, est.coef_, rtol=0, atol=1e-10)
     np.testing.assert_allclose(again.thresholds_, est.thresholds_, rtol=0, atol=1e-10)
 

@@ -53,12 +53,17 @@ class BootstrapMixin(UncertaintyMixin):
                              "bootstrap(X_train, y_train) first")
         return draws
 
-    def _weighted_refit(self, X, labels, weights):
-        """A copy of this estimator fitted with ``weights``; whether it converged."""
+    def _weighted_refits(self, X, labels, weights):
+        """Copies of this estimator, one fitted per row of ``weights`` (m, n) (side by side
+        where the model can, :meth:`_batched_copies`); how many stopped at their iteration
+        cap (each such fit warns once)."""
         with warnings.catch_warnings(record=True) as caught, internal_fits():
             warnings.simplefilter("always", ConvergenceWarning)
-            model = clone(self).fit(X, labels, sample_weight=weights, classes=self.classes_)
-        return model, not any(issubclass(w.category, ConvergenceWarning) for w in caught)
+            if self._batched_copies():
+                models = clone(self)._fit_copies(X, labels, weights, self.classes_)
+            else:
+                models = [clone(self).fit(X, labels, sample_weight=w, classes=self.classes_) for w in weights]
+        return models, sum(issubclass(w.category, ConvergenceWarning) for w in caught)
 
     def bootstrap(self, X, y, n_draws=200, random_state=None):
         """Draw the fitted parameters by the weighted-likelihood (Bayesian) bootstrap.
@@ -95,15 +100,11 @@ class BootstrapMixin(UncertaintyMixin):
         labels = np.asarray(self.classes_)[codes]
         if getattr(self, "input_center_", None) is not None:
             X = (np.asarray(X, dtype=np.float64) - self.input_center_) / self.input_scale_
-        rng = np.random.default_rng(random_state)
         n = codes.shape[0]
-        draws = {p: [] for p in self._bootstrap_params}
-        failed = 0
-        for _ in range(int(n_draws)):
-            model, converged = self._weighted_refit(X, labels, n * rng.dirichlet(np.ones(n)))
-            failed += not converged
-            for p in self._bootstrap_params:
-                draws[p].append(np.asarray(getattr(model, p), dtype=np.float64))
+        weights = n * np.random.default_rng(random_state).dirichlet(np.ones(n), size=int(n_draws))
+        models, failed = self._weighted_refits(X, labels, weights)
+        draws = {p: [np.asarray(getattr(model, p), dtype=np.float64) for model in models]
+                 for p in self._bootstrap_params}
         if failed:
             warn_user(f"{name}.bootstrap: {failed} of {n_draws} weighted refits stopped at their "
                       "iteration cap; their draws are kept (raise max_iter to remove the doubt)",

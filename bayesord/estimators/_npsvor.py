@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import numbers
 
+import jax
 import numpy as np
+from sklearn.base import clone
 from sklearn.utils.validation import check_is_fitted
 
 from .._npsvor import SOLVERS, NPSVORConfig, NPSVORResult, cv_npsvor, fit_npsvor, predict_npsvor
@@ -91,6 +94,7 @@ class NPSVOR(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
     _state_types = (NPSVORResult,)
     _accept_sparse = True
     _offset_sensitive = True
+    _zero_weight_drops_row = True  # a weight multiplies the row's C: weight 0 leaves it out
     # Exact sample weights (a weight multiplies the row's C): a weighted refit is a bootstrap draw.
     _bootstrap_params = ("coef_", "intercept_")
 
@@ -169,10 +173,7 @@ class NPSVOR(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
         X, codes, sw = self._validate_fit(X, y, sample_weight, classes=classes)
         p = len(self.classes_)
         E = self._ell(X)
-        config = NPSVORConfig(n_features=X.shape[1] + bool(self.fit_intercept),
-                              solver=self.solver, block_size=int(self.block_size),
-                              shrinking=bool(self.shrinking), max_iter=int(self.max_iter),
-                              progress=check_verbose(self.verbose), predictor=self.predictor)
+        config = self._config(X)
         rs = fit_rng(self.random_state)
         key = fit_key(rs)
         weights = None if np.all(sw == 1.0) else sw
@@ -186,6 +187,17 @@ class NPSVOR(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
                                 "fold_mae": cvr.fold_mae}
             C1 = C2 = cvr.best_C
         res = fit_npsvor(E, codes, p, C1, C2, eps, tol, key, config, sample_weight=weights)
+        self._adopt(res, C1, C2)
+        return self
+
+    def _config(self, X):
+        return NPSVORConfig(n_features=X.shape[1] + bool(self.fit_intercept),
+                            solver=self.solver, block_size=int(self.block_size),
+                            shrinking=bool(self.shrinking), max_iter=int(self.max_iter),
+                            progress=check_verbose(self.verbose), predictor=self.predictor)
+
+    def _adopt(self, res, C1, C2):
+        """Take a fit's result as this estimator's, fitted with penalties C1, C2."""
         check_status(np.asarray(res.status), "NPSVOR")
         W = np.asarray(res.coef)
         if self.fit_intercept:
@@ -195,7 +207,28 @@ class NPSVOR(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
             self.coef_ = W
         self.result_ = res
         self.C_ = C1 if C1 == C2 else (C1, C2)
-        return self
+
+    def _batched_copies(self):
+        # With a C grid each copy runs its own cross-validation: those go one by one.
+        return self.Cs is None
+
+    def _fit_copies(self, X, labels, weights, classes):
+        """Copies fitted under each row of ``weights`` as one batch of rank problems of
+        :func:`bayesord._npsvor.fit_npsvor` (a weight multiplies the row's C, so a row of
+        weight 0 is left out, and a problem's result does not depend on the batch)."""
+        template = clone(self)
+        C1, C2, eps, tol, _ = template._check_params()
+        X, codes, _ = template._validate_fit(X, labels, None, classes=classes)
+        E = template._ell(X)
+        res = fit_npsvor(E, codes, len(classes), C1, C2, eps, tol, fit_key(fit_rng(template.random_state)),
+                         template._config(X), sample_weight=np.asarray(weights, E.values.dtype))
+        res = jax.tree_util.tree_map(np.asarray, res)  # one transfer, then NumPy slices
+        copies = []
+        for j in range(weights.shape[0]):
+            fitted = copy.copy(template)  # the validated template: classes_, n_features_in_, ...
+            fitted._adopt(jax.tree_util.tree_map(lambda a: a[j], res), C1, C2)
+            copies.append(fitted)
+        return copies
 
     # Read from ``result_``, so a saved model holds them once.
     dual_coef_ = property(lambda self: np.asarray(self.result_.alpha))

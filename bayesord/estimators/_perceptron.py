@@ -8,11 +8,13 @@ probabilities.
 
 from __future__ import annotations
 
+import copy
 import numbers
 
 import jax
 import numpy as np
 import scipy.sparse as sp
+from sklearn.base import clone
 from sklearn.utils.validation import check_is_fitted
 
 from .. import _perceptron as core
@@ -37,6 +39,7 @@ class _StructuredPerceptron(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstima
     _state_types = (core.PerceptronHyper, core.PerceptronState, core.PerceptronResult,
                     core.KernelPerceptronState, core.KernelPerceptronResult)
     _model = "cusum"
+    _zero_weight_drops_row = True  # a row of weight 0 is skipped (bayesord._perceptron)
 
     # -- parameters ---------------------------------------------------------------------
 
@@ -98,18 +101,36 @@ class _StructuredPerceptron(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstima
         hyper = self._hyper(dtype, X)
         key = self._key()
         if self._kernel() == "linear":
-            rows = as_rows(X, dtype)
-            state = core.init_state(cfg, X.shape[1], dtype)
-            res = core.fit_perceptron(rows, codes, cfg, sample_weight=sw, key=key, hyper=hyper,
-                                      state=state)
-            self._state_ = res.state
+            res = core.fit_perceptron(as_rows(X, dtype), codes, cfg, sample_weight=sw, key=key, hyper=hyper,
+                                      state=core.init_state(cfg, X.shape[1], dtype))
         else:
             res = core.fit_kernel_perceptron(np.asarray(X, dtype), codes, cfg, sample_weight=sw,
                                              key=key, hyper=hyper)
-            self._state_ = None
         self._store(res, hyper)
         check_status(res.status, type(self).__name__)
         return self
+
+    def _batched_copies(self):
+        return self._kernel() == "linear"
+
+    def _fit_copies(self, X, labels, weights, classes):
+        """The cross-fitting copies of the linear model in one program
+        (:func:`bayesord._perceptron.fit_perceptron_weights`): a row of weight 0 is skipped."""
+        template = clone(self)
+        X, codes, _ = template._validate_fit(X, labels, None, classes)
+        dtype = float_dtype()
+        cfg = template._config(len(classes))
+        hyper = template._hyper(dtype, X)
+        res = core.fit_perceptron_weights(as_rows(X, dtype), codes, cfg, weights, key=template._key(), hyper=hyper,
+                                          state=core.init_state(cfg, X.shape[1], dtype))
+        res = jax.tree_util.tree_map(np.asarray, res)  # one transfer, then NumPy slices
+        copies = []
+        for j in range(weights.shape[0]):
+            fitted = copy.copy(template)  # the validated template: classes_, n_features_in_, ...
+            fitted._store(jax.tree_util.tree_map(lambda a: a[j], res), hyper)
+            check_status(fitted.result_.status, type(self).__name__)
+            copies.append(fitted)
+        return copies
 
     def partial_fit(self, X, y, classes=None, sample_weight=None):
         """One online pass over (X, y) in the given order, continuing from the current weights.
@@ -154,13 +175,14 @@ class _StructuredPerceptron(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstima
         hyper = self._hyper(dtype, X)
         res = core.fit_perceptron(as_rows(X, dtype), codes, cfg, sample_weight=sw,
                                   key=jax.random.PRNGKey(0), hyper=hyper, state=state)
-        self._state_ = res.state
         self._store(res, hyper)
         check_status(res.status, type(self).__name__)
         return self
 
     def _store(self, res, hyper):
         self.result_ = res
+        # the online state partial_fit continues from (the kernel model has none to continue)
+        self._state_ = res.state if isinstance(res, core.PerceptronResult) else None
         self._hyper_ = hyper
         self.n_iter_ = int(res.n_iter)
         self.converged_ = bool(res.converged)
@@ -230,7 +252,7 @@ class CuSumRank(_StructuredPerceptron):
         n_updates_: updates per epoch.
         n_iter_: epochs run.
         converged_: whether an epoch ended without updates (when that was asked for).
-        n_steps_: online steps taken in total.
+        n_steps_: online steps taken in total (rows of positive weight seen).
         classes_: labels in increasing order.
         n_features_in_: number of features seen in ``fit``.
 

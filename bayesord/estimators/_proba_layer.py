@@ -72,16 +72,17 @@ class ProbaLayerMixin(BootstrapMixin):
                              "more rows, or by cross-fitting on the training rows (cv=5)")
         proba = np.empty((codes.shape[0], K))
         # Each fold's layer is the full problem with the held-out rows at weight zero, which
-        # is exact for the probit (weighted sums throughout), and every fit has one shape,
-        # so the layer compiles once.
+        # is exact for the probit (weighted sums throughout); the folds' layers and the final
+        # one (every row at weight one) are fitted side by side in one program.
         folds = fold_indices(codes, cv or _LAYER_FOLDS, random_state)
+        weights = np.ones((len(folds) + 1, codes.shape[0]))
+        for j, (_, test) in enumerate(folds):
+            weights[j, test] = 0.0
         with internal_fits():
-            for train, test in folds:
-                weights = np.zeros(codes.shape[0])
-                weights[train] = 1.0
-                layer = _layer(K, random_state).fit(values, codes, sample_weight=weights)
-                proba[test] = layer.predict_proba(values[test])
-            self.proba_layer_ = _layer(K, random_state).fit(values, codes)
+            *layers, self.proba_layer_ = _layer(K, random_state)._fit_copies(values, codes, weights,
+                                                                             np.arange(K))
+        for layer, (_, test) in zip(layers, folds):
+            proba[test] = layer.predict_proba(values[test])
         kept = never_held_out(folds, codes.shape[0])  # a class's only row: every layer saw it
         if kept.size:
             proba[kept] = self.proba_layer_.predict_proba(values[kept])

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import copy
+
 import jax
 import numpy as np
+from sklearn.base import clone
 from sklearn.utils.validation import check_is_fitted
 
 from .. import diagnostics
@@ -14,6 +17,7 @@ from .._probit import (
     _predict_probit,
     class_prob_bands,
     fit_probit,
+    fit_probit_weights,
     marginal_effects_probit,
     thresholds_at_zero,
 )
@@ -172,25 +176,57 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
                 (``thresholds="joint"``, ``alpha=0``), the data do not determine the fit:
                 dependent columns (named), or classes the columns separate.
         """
-        config = self._config()
         X, codes, sw = self._validate_fit(X, y, sample_weight, classes)
         self.binary_columns_ = binary_columns(X)
         alpha = self._alpha(X.shape[1])
         dtype = float_dtype()
-        tol = solver_tol(self.tol, dtype)
         # Rows of weight zero up to a bucket size: fits of nearby sizes share one program.
         rows = pad_rows(bucket_rows(X.shape[0]), X.astype(dtype, copy=False), codes, sw.astype(dtype, copy=False))
-        res = _fit_program(rows[0].shape[0])(*rows, alpha.astype(dtype), tol, config=config,
-                                             n_classes=len(self.classes_))
+        res = _fit_program(rows[0].shape[0])(*rows, alpha.astype(dtype), solver_tol(self.tol, dtype),
+                                             config=self._config(), n_classes=len(self.classes_))
+        self._adopt(jax.tree_util.tree_map(np.asarray, res), X, sw, alpha)
+        return self
+
+    def _adopt(self, res, X, sw, alpha):
+        """Take a fit's result (NumPy arrays) as this estimator's, fitted on ``X`` with
+        weights ``sw`` and prior precision ``alpha``."""
         check_status(res.status, "OrdinalProbit.fit")
-        self._set_result(jax.tree_util.tree_map(np.asarray, res))
+        self._set_result(res)
         self.log_evidence_ = float(res.log_evidence)
         self.n_iter_ = int(res.n_iter)
         self.converged_ = bool(res.converged)
-        if config.thresholds == "joint" and np.any(alpha == 0):  # maximum likelihood: R's clm check
+        if self.thresholds == "joint" and np.any(alpha == 0):  # maximum likelihood: R's clm check
             warn_if_undetermined(self, self._standardised_cov(), X, sw, "use thresholds='evidence' (the "
                                  "default), whose tuned prior keeps every coefficient finite")
-        return self
+
+    def _batched_copies(self):
+        # The joint fit is small to compile side by side; the evidence search is not.
+        return self.thresholds == "joint"
+
+    def _fit_copies(self, X, labels, weights, classes):
+        """The copies of the joint-mode fit in one program
+        (:func:`bayesord._probit.fit_probit_weights`), compiled optimised: their fits are
+        many and small (the probability layer of a margin model fits six)."""
+        template = clone(self)
+        X, codes, _ = template._validate_fit(X, labels, None, classes)
+        template.binary_columns_ = binary_columns(X)
+        alpha = template._alpha(X.shape[1])
+        dtype = float_dtype()
+        n = X.shape[0]
+        X_pad, codes_pad = pad_rows(bucket_rows(n), X.astype(dtype, copy=False), codes)
+        w_pad = np.zeros((weights.shape[0], X_pad.shape[0]), dtype)
+        w_pad[:, :n] = weights
+        program = stored_fit_program(fit_probit_weights, X_pad.shape[0], ("config", "n_classes"), ProbitResult,
+                                     quick=False)
+        res = program(X_pad, codes_pad, w_pad, alpha.astype(dtype), solver_tol(template.tol, dtype),
+                      config=template._config(), n_classes=len(classes))
+        res = jax.tree_util.tree_map(np.asarray, res)  # one transfer, then NumPy slices
+        copies = []
+        for j in range(weights.shape[0]):
+            fitted = copy.copy(template)  # the validated template: classes_, n_features_in_, ...
+            fitted._adopt(jax.tree_util.tree_map(lambda a: a[j], res), X, weights[j], alpha)
+            copies.append(fitted)
+        return copies
 
     def _standardised_cov(self):
         """The joint posterior covariance of the standardised coefficients and the centred

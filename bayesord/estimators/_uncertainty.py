@@ -94,7 +94,8 @@ def never_held_out(folds, n):
 class UncertaintyMixin:
     """``calibrate``, ``predict_set`` and the calibration's persistence, for every estimator."""
 
-    # Whether a fit with a row at weight zero is the fit without that row, exactly: then the
+    # Whether a fit with a row at weight zero is the fit without that row (exactly, or for an
+    # online fit, the others visited in the order a fit of all rows visits them): then the
     # cross-fitting copies keep every row (at weight zero off their fold), so all of them
     # have the shape of the calibration rows and compile once.
     _zero_weight_drops_row = False
@@ -157,17 +158,29 @@ class UncertaintyMixin:
                  ] if kept.size else []
         X = self._copy_rows(X)
 
-        def fold(train, test):
-            with internal_fits():
-                if self._zero_weight_drops_row:
-                    weights = np.zeros(n)
-                    weights[train] = 1.0
-                    model = self._fit_copy(X, labels, weights)
-                else:
-                    model = self._fit_copy(_rows(X, train), labels[train], None)
+        def scored(model, test):
             return test, values_of(model, _rows(X, test)), model._predicted_codes(_rows(X, test))
 
-        parts += run_folds(fold, folds, self._fold_workers(len(folds)))
+        if self._batched_copies():
+            weights = np.zeros((len(folds), n))
+            for j, (train, _) in enumerate(folds):
+                weights[j, train] = 1.0
+            with internal_fits():
+                models = clone(self).set_params(**self._copy_params())._fit_copies(X, labels, weights,
+                                                                                   self.classes_)
+            parts += [scored(model, test) for model, (_, test) in zip(models, folds)]
+        else:
+            def fold(train, test):
+                with internal_fits():
+                    if self._zero_weight_drops_row:
+                        weights = np.zeros(n)
+                        weights[train] = 1.0
+                        model = self._fit_copy(X, labels, weights)
+                    else:
+                        model = self._fit_copy(_rows(X, train), labels[train], None)
+                return scored(model, test)
+
+            parts += run_folds(fold, folds, self._fold_workers(len(folds)))
         values = np.empty((n,) + parts[-1][1].shape[1:])
         anchor = np.empty(n, dtype=np.int64)
         for rows, part_values, part_anchor in parts:
@@ -199,6 +212,13 @@ class UncertaintyMixin:
     def _copy_params(self):
         """Parameters a cross-fitting copy changes from this estimator's (none by default)."""
         return {}
+
+    def _batched_copies(self):
+        """Whether the model fits its cross-fitting copies in one compiled program: then it
+        has ``_fit_copies(X, labels, weights, classes)``, which returns clones of the
+        estimator, one fitted per row of sample ``weights`` (m, n) (else the copies are
+        fitted one by one, :meth:`_fit_copy`)."""
+        return False
 
     def _fit_copy(self, X, labels, sample_weight):
         """A clone of this estimator, with :meth:`_copy_params`, fitted on rows of
