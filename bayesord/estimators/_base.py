@@ -10,6 +10,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import contextvars
+import copy
 import functools
 import inspect
 import json
@@ -673,6 +674,20 @@ def internal_fits():
         yield
     finally:
         _INTERNAL_FIT.reset(token)
+
+
+def copies_of_batch(template, result, n_fits, adopt):
+    """``n_fits`` fitted estimators from one batched fit: shallow copies of ``template`` (a
+    clone whose ``_validate_fit`` has run: ``classes_``, ``n_features_in_``, ...), copy j
+    given its slice of ``result`` (a pytree of arrays with a leading axis of ``n_fits``) by
+    ``adopt(copy, slice, j)``."""
+    result = jax.tree_util.tree_map(np.asarray, result)  # one transfer, then NumPy slices
+    copies = []
+    for j in range(n_fits):
+        fitted = copy.copy(template)
+        adopt(fitted, jax.tree_util.tree_map(lambda a: a[j], result), j)
+        copies.append(fitted)
+    return copies
 
 
 def run_folds(fn, folds, workers):

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import numbers
 
-import jax
 import numpy as np
 from sklearn.base import clone
 from sklearn.utils.validation import check_is_fitted
@@ -16,7 +14,15 @@ from .._progress import check_verbose, prefix
 from .._sparse import to_padded_rows
 from .._status import check_status
 from .._validation import float_dtype
-from ._base import OrdinalEstimator, SnapshotSavableMixin, check_positive_ints, fit_key, fit_rng, fresh_fit
+from ._base import (
+    OrdinalEstimator,
+    SnapshotSavableMixin,
+    check_positive_ints,
+    copies_of_batch,
+    fit_key,
+    fit_rng,
+    fresh_fit,
+)
 from ._proba_layer import ProbaLayerMixin
 
 __all__ = ["NPSVOR"]
@@ -222,13 +228,7 @@ class NPSVOR(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
         E = template._ell(X)
         res = fit_npsvor(E, codes, len(classes), C1, C2, eps, tol, fit_key(fit_rng(template.random_state)),
                          template._config(X), sample_weight=np.asarray(weights, E.values.dtype))
-        res = jax.tree_util.tree_map(np.asarray, res)  # one transfer, then NumPy slices
-        copies = []
-        for j in range(weights.shape[0]):
-            fitted = copy.copy(template)  # the validated template: classes_, n_features_in_, ...
-            fitted._adopt(jax.tree_util.tree_map(lambda a: a[j], res), C1, C2)
-            copies.append(fitted)
-        return copies
+        return copies_of_batch(template, res, weights.shape[0], lambda fitted, r, _: fitted._adopt(r, C1, C2))
 
     # Read from ``result_``, so a saved model holds them once.
     dual_coef_ = property(lambda self: np.asarray(self.result_.alpha))

@@ -8,7 +8,6 @@ probabilities.
 
 from __future__ import annotations
 
-import copy
 import numbers
 
 import jax
@@ -22,7 +21,15 @@ from .._basis import check_gamma, resolve_gamma
 from .._sparse import as_rows
 from .._status import check_status
 from .._validation import check_sample_weight, float_dtype
-from ._base import OrdinalEstimator, SnapshotSavableMixin, fit_key, fit_rng, fresh_fit, same_order
+from ._base import (
+    OrdinalEstimator,
+    SnapshotSavableMixin,
+    copies_of_batch,
+    fit_key,
+    fit_rng,
+    fresh_fit,
+    same_order,
+)
 from ._proba_layer import ProbaLayerMixin
 
 __all__ = ["CuSumRank", "PRank"]
@@ -123,14 +130,11 @@ class _StructuredPerceptron(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstima
         hyper = template._hyper(dtype, X)
         res = core.fit_perceptron_weights(as_rows(X, dtype), codes, cfg, weights, key=template._key(), hyper=hyper,
                                           state=core.init_state(cfg, X.shape[1], dtype))
-        res = jax.tree_util.tree_map(np.asarray, res)  # one transfer, then NumPy slices
-        copies = []
-        for j in range(weights.shape[0]):
-            fitted = copy.copy(template)  # the validated template: classes_, n_features_in_, ...
-            fitted._store(jax.tree_util.tree_map(lambda a: a[j], res), hyper)
-            check_status(fitted.result_.status, type(self).__name__)
-            copies.append(fitted)
-        return copies
+        def adopt(fitted, result, _):
+            fitted._store(result, hyper)
+            check_status(result.status, type(self).__name__)
+
+        return copies_of_batch(template, res, weights.shape[0], adopt)
 
     def partial_fit(self, X, y, classes=None, sample_weight=None):
         """One online pass over (X, y) in the given order, continuing from the current weights.

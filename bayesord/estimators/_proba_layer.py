@@ -25,7 +25,7 @@ from sklearn.utils.metaestimators import available_if
 from ._base import internal_fits
 from ._bootstrap import BootstrapMixin
 from ._probit import OrdinalProbit
-from ._uncertainty import fold_indices, never_held_out
+from ._uncertainty import fold_indices, never_held_out, training_weights
 
 __all__ = ["ProbaLayerMixin"]
 
@@ -75,15 +75,14 @@ class ProbaLayerMixin(BootstrapMixin):
         # is exact for the probit (weighted sums throughout); the folds' layers and the final
         # one (every row at weight one) are fitted side by side in one program.
         folds = fold_indices(codes, cv or _LAYER_FOLDS, random_state)
-        weights = np.ones((len(folds) + 1, codes.shape[0]))
-        for j, (_, test) in enumerate(folds):
-            weights[j, test] = 0.0
+        n = codes.shape[0]
+        weights = training_weights([train for train, _ in folds] + [np.arange(n)], n)
         with internal_fits():
             *layers, self.proba_layer_ = _layer(K, random_state)._fit_copies(values, codes, weights,
                                                                              np.arange(K))
         for layer, (_, test) in zip(layers, folds):
             proba[test] = layer.predict_proba(values[test])
-        kept = never_held_out(folds, codes.shape[0])  # a class's only row: every layer saw it
+        kept = never_held_out(folds, n)  # a class's only row: every layer saw it
         if kept.size:
             proba[kept] = self.proba_layer_.predict_proba(values[kept])
         return proba

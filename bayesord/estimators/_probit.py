@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import copy
-
 import jax
 import numpy as np
 from sklearn.base import clone
@@ -31,6 +29,7 @@ from ._base import (
     binary_columns,
     check_positive_ints,
     class_from_proba,
+    copies_of_batch,
     draws_key,
     fresh_fit,
     marginal_effects_table,
@@ -220,13 +219,8 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
                                      quick=False)
         res = program(X_pad, codes_pad, w_pad, alpha.astype(dtype), solver_tol(template.tol, dtype),
                       config=template._config(), n_classes=len(classes))
-        res = jax.tree_util.tree_map(np.asarray, res)  # one transfer, then NumPy slices
-        copies = []
-        for j in range(weights.shape[0]):
-            fitted = copy.copy(template)  # the validated template: classes_, n_features_in_, ...
-            fitted._adopt(jax.tree_util.tree_map(lambda a: a[j], res), X, weights[j], alpha)
-            copies.append(fitted)
-        return copies
+        return copies_of_batch(template, res, weights.shape[0],
+                               lambda fitted, r, j: fitted._adopt(r, X, weights[j], alpha))
 
     def _standardised_cov(self):
         """The joint posterior covariance of the standardised coefficients and the centred
@@ -260,7 +254,7 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         res = jax.tree_util.tree_map(lambda a: np.asarray(a, float_dtype()), self.result_)
         n = X.shape[0]
         (X,) = pad_rows(bucket_rows(n), X.astype(float_dtype(), copy=False))
-        return jax.tree_util.tree_map(lambda a: a[:n], _predict_program(X.shape[0])(res, X))
+        return jax.tree_util.tree_map(lambda a: np.asarray(a)[:n], _predict_program(X.shape[0])(res, X))
 
     def predict_proba(self, X):
         """Class probabilities, shape (n, K), columns in ``classes_`` order, rows summing to 1.

@@ -30,7 +30,8 @@ from .._splits import kfold_indices
 from ._base import internal_fits, run_folds
 from ._formula import formula_rows
 
-__all__ = ["ConformalCalibration", "UncertaintyMixin", "check_cv", "fold_indices", "never_held_out"]
+__all__ = ["ConformalCalibration", "UncertaintyMixin", "check_cv", "fold_indices", "never_held_out",
+           "training_weights"]
 
 
 class ConformalCalibration(NamedTuple):
@@ -81,6 +82,16 @@ def fold_indices(codes, cv, random_state):
     folds = kfold_indices(codes[multi], k=k, seed=seed)
     n = codes.shape[0]
     return [(np.setdiff1d(np.arange(n), multi[test]), multi[test]) for _, test in folds]
+
+
+def training_weights(train_sets, n):
+    """0/1 sample weights, (len(train_sets), n): row j is 1 on the rows of ``train_sets[j]``
+    (a copy fitted on all n rows with them leaves the other rows out, where the model's rows
+    at weight zero are left out: ``_zero_weight_drops_row``)."""
+    weights = np.zeros((len(train_sets), n))
+    for j, train in enumerate(train_sets):
+        weights[j, train] = 1.0
+    return weights
 
 
 def never_held_out(folds, n):
@@ -162,9 +173,7 @@ class UncertaintyMixin:
             return test, values_of(model, _rows(X, test)), model._predicted_codes(_rows(X, test))
 
         if self._batched_copies():
-            weights = np.zeros((len(folds), n))
-            for j, (train, _) in enumerate(folds):
-                weights[j, train] = 1.0
+            weights = training_weights([train for train, _ in folds], n)
             with internal_fits():
                 models = clone(self).set_params(**self._copy_params())._fit_copies(X, labels, weights,
                                                                                    self.classes_)
@@ -173,9 +182,7 @@ class UncertaintyMixin:
             def fold(train, test):
                 with internal_fits():
                     if self._zero_weight_drops_row:
-                        weights = np.zeros(n)
-                        weights[train] = 1.0
-                        model = self._fit_copy(X, labels, weights)
+                        model = self._fit_copy(X, labels, training_weights([train], n)[0])
                     else:
                         model = self._fit_copy(_rows(X, train), labels[train], None)
                 return scored(model, test)
