@@ -130,6 +130,7 @@ class _StructuredPerceptron(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstima
         hyper = template._hyper(dtype, X)
         res = core.fit_perceptron_weights(as_rows(X, dtype), codes, cfg, weights, key=template._key(), hyper=hyper,
                                           state=core.init_state(cfg, X.shape[1], dtype))
+
         def adopt(fitted, result, _):
             fitted._store(result, hyper)
             check_status(result.status, type(self).__name__)
