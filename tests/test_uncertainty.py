@@ -127,6 +127,19 @@ def test_copies_fitted_side_by_side_are_the_copies_fitted_one_by_one(est):
         assert copy.classes_.tolist() == alone.classes_.tolist() and copy.n_features_in_ == 3
 
 
+@pytest.mark.parametrize("est", [CuSumRank(random_state=0), OrdinalProbit(thresholds="joint", alpha=0.01)],
+                         ids=lambda e: type(e).__name__)
+def test_calibration_scores_the_same_with_copies_side_by_side_or_one_by_one(est, monkeypatch):
+    """calibrate(cv=k) through the batched copies against the same copies fitted one by one
+    (the threaded path, each with its held-out rows at weight zero)."""
+    est = _fit(est)
+    est.calibrate(X_STD[TRAIN], Y_ALL[TRAIN], cv=5, random_state=0)
+    batched = est.conformal_.matrix.copy()
+    monkeypatch.setattr(type(est), "_batched_copies", lambda self: False)
+    est.calibrate(X_STD[TRAIN], Y_ALL[TRAIN], cv=5, random_state=0)
+    np.testing.assert_allclose(est.conformal_.matrix, batched, rtol=1e-9, atol=1e-12)
+
+
 def test_the_probits_fold_copies_stop_early_and_score_as_full_precision_copies(monkeypatch):
     """The probit's cross-fitted copies stop at a relative tolerance of 1e-4; their held-out
     probabilities against copies fitted to the model's own tolerance (the reference)."""
