@@ -353,8 +353,13 @@ def fit_probit_weights(X, y, weights, alpha, rtol, *, config: ProbitConfig, n_cl
     six joint-mode fits ran in 1.9 ms against 0.44 ms for one.
 
     Args:
-        X, y, alpha, rtol, config, n_classes: as for :func:`fit_probit`.
+        X: features, shape (n, d).
+        y: classes 0..K-1, shape (n,) (int32).
         weights: (m, n) non-negative sample weights, one row per fit.
+        alpha: prior precision, as for :func:`fit_probit`.
+        rtol: relative tolerance of every solve.
+        config: :class:`ProbitConfig` (static).
+        n_classes: K (static).
 
     Returns:
         :class:`ProbitResult` whose arrays have a leading axis of length m.
