@@ -54,16 +54,18 @@ class BootstrapMixin(UncertaintyMixin):
         return draws
 
     def _weighted_refits(self, X, labels, weights):
-        """Copies of this estimator, one fitted per row of ``weights`` (m, n) (side by side
-        where the model can, :meth:`_batched_copies`); how many stopped at their iteration
-        cap (each such fit warns once)."""
-        with warnings.catch_warnings(record=True) as caught, internal_fits():
-            warnings.simplefilter("always", ConvergenceWarning)
+        """Copies of this estimator, one fitted per row of ``weights`` (m, n), side by side
+        where the model can (:meth:`_batched_copies`), else one after another; and how many
+        did not converge.  Their own convergence warnings are left out: ``bootstrap`` gives
+        one for all of them.  (Threads did not help: 12 RED-SVM draws on 1,000 rows took
+        9.7 s on two threads against 9.4 s on one.)"""
+        with warnings.catch_warnings(), internal_fits():
+            warnings.simplefilter("ignore", ConvergenceWarning)
             if self._batched_copies():
                 models = clone(self)._fit_copies(X, labels, weights, self.classes_)
             else:
                 models = [clone(self).fit(X, labels, sample_weight=w, classes=self.classes_) for w in weights]
-        return models, sum(issubclass(w.category, ConvergenceWarning) for w in caught)
+        return models, sum(not np.all(model.converged_) for model in models)
 
     def bootstrap(self, X, y, n_draws=200, random_state=None):
         """Draw the fitted parameters by the weighted-likelihood (Bayesian) bootstrap.
