@@ -43,11 +43,16 @@ import threading
 import warnings
 from pathlib import Path
 
-__all__ = ["cache_dir", "compile_seconds", "enable", "QUICK_MAX_ROWS", "QUICK_OPTIONS", "quick_variant",
-           "program_for_rows", "stored_fit_program"]
+__all__ = ["cache_dir", "compile_seconds", "enable", "LIGHT_OPTIONS", "QUICK_MAX_ROWS", "QUICK_OPTIONS",
+           "compiled_with", "quick_variant", "program_for_rows", "stored_fit_program"]
 
 QUICK_MAX_ROWS = 16384
 QUICK_OPTIONS = {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False}
+# XLA's older loop emitters alone, LLVM still optimising: for many small fits side by side
+# (the probability layer's six probit fits, bayesord._probit.fit_probit_weights) the first
+# calibrate of a process took 2.1 s instead of 3.0 s, and the compiled program 2.6 ms
+# instead of 1.3 ms (11 ms quick-compiled).
+LIGHT_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
 
 
 def cache_dir(environ=None):
@@ -131,29 +136,40 @@ def compile_seconds():
 
 
 @functools.cache
-def _quick_options_accepted():
-    """Whether the default backend is XLA:CPU and compiles with :data:`QUICK_OPTIONS` (an
-    XLA version that renamed them refuses them; the models then compile as usual)."""
+def _options_accepted(options):
+    """Whether the default backend is XLA:CPU and compiles with ``options`` (a tuple of
+    (name, value) pairs; an XLA version that renamed them refuses them, and the models then
+    compile as usual)."""
     import jax
 
     if jax.default_backend() != "cpu":
         return False
     try:
-        jax.jit(lambda x: x + 1, compiler_options=QUICK_OPTIONS).lower(0.0).compile()
+        jax.jit(lambda x: x + 1, compiler_options=dict(options)).lower(0.0).compile()
     except (TypeError, RuntimeError):  # jax.jit without compiler_options; an unknown option
         return False
     return True
 
 
+def _quick_options_accepted():
+    return _options_accepted(tuple(QUICK_OPTIONS.items()))
+
+
 @functools.cache
-def quick_variant(jitted, static_argnames=()):
-    """The function behind ``jitted`` (a ``jax.jit`` function), jitted again with
-    :data:`QUICK_OPTIONS`, or ``jitted`` itself where the backend does not take them."""
+def compiled_with(jitted, options, static_argnames=()):
+    """The function behind ``jitted`` (a ``jax.jit`` function), jitted again with compiler
+    ``options`` (a tuple of (name, value) pairs), or ``jitted`` itself where the backend
+    does not take them."""
     import jax
 
-    if not _quick_options_accepted():
+    if not _options_accepted(options):
         return jitted
-    return jax.jit(jitted.__wrapped__, static_argnames=static_argnames, compiler_options=QUICK_OPTIONS)
+    return jax.jit(jitted.__wrapped__, static_argnames=static_argnames, compiler_options=dict(options))
+
+
+def quick_variant(jitted, static_argnames=()):
+    """``jitted`` compiled with :data:`QUICK_OPTIONS` where the backend takes them."""
+    return compiled_with(jitted, tuple(QUICK_OPTIONS.items()), tuple(static_argnames))
 
 
 def program_for_rows(jitted, n_rows, static_argnames=()):
@@ -195,10 +211,10 @@ class _StoredFitProgram:
     """``jitted(*arrays, **static)`` through a stored :mod:`jax.export` program where it can
     (see the module docstring), else the jitted (or quick) program itself."""
 
-    def __init__(self, jitted, fallback, result_type):
+    def __init__(self, jitted, fallback, result_type, options):
         self.jitted = jitted
-        self.fallback = fallback  # program_for_rows' choice: jitted, or its quick variant
-        self.quick = fallback is not jitted
+        self.fallback = fallback  # jitted, or jitted compiled with the options
+        self.options = options if fallback is not jitted else None  # (name, value) pairs
         self.result_type = result_type
         self.loaded = {}
 
@@ -208,7 +224,7 @@ class _StoredFitProgram:
         parts = ["bayesord-stored-fit/1", f"{self.jitted.__module__}.{self.jitted.__qualname__}",
                  repr(sorted(static.items())), str(treedef), repr([(tuple(a.shape), str(a.dtype)) for a in leaves]),
                  jax.__version__, jax.default_backend(), str(jax.config.jax_enable_x64),
-                 os.environ.get("XLA_FLAGS", ""), str(self.quick), _source_digest()]
+                 os.environ.get("XLA_FLAGS", ""), repr(self.options), _source_digest()]
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
     def _program(self, leaves, treedef, static):
@@ -243,8 +259,7 @@ class _StoredFitProgram:
                 os.replace(tmp, path)
             except OSError:  # a read-only cache: the program still runs, unstored
                 pass
-        options = QUICK_OPTIONS if self.quick else None
-        call = jax.jit(exported.call, compiler_options=options)
+        call = jax.jit(exported.call, compiler_options=dict(self.options) if self.options else None)
         self.loaded[key] = call
         return call
 
@@ -264,20 +279,37 @@ class _StoredFitProgram:
 
 
 @functools.cache
-def _stored_fit_program(jitted, fallback, result_type):
-    return _StoredFitProgram(jitted, fallback, result_type)
+def _stored_fit_program(jitted, fallback, result_type, options):
+    return _StoredFitProgram(jitted, fallback, result_type, options)
 
 
-def stored_fit_program(jitted, n_rows, static_argnames, result_type, *, quick=True):
-    """:func:`program_for_rows` for a fit whose inputs are arrays (or pytrees of them) and whose result is a
+COMPILE_MODES = ("quick", "light", "optimised")
+
+
+def stored_fit_program(jitted, n_rows, static_argnames, result_type, *, compile="quick"):
+    """A fit whose inputs are arrays (or pytrees of them) and whose result is a
     ``result_type`` (:func:`bayesord._results.result_type`) with ``config`` among the static
     arguments, through a stored program where it can (module docstring).
 
     Used where nothing else runs: one device, NumPy inputs, the on-disk cache on.  Anything
-    else calls the jitted program as :func:`program_for_rows` would.  ``quick=False`` keeps
-    the optimised program at every size, for a fit whose run time outweighs its compilation
-    even on few rows (ISBOR's solver runs up to 21 times in a default fit, and runs 2.7-4.6x
-    slower quick-compiled).
+    else calls the jitted program as compiled for ``compile``:
+
+    * ``"quick"``: :func:`program_for_rows` (:data:`QUICK_OPTIONS` up to
+      :data:`QUICK_MAX_ROWS` rows);
+    * ``"light"``: :data:`LIGHT_OPTIONS` at every size, for many small fits side by side;
+    * ``"optimised"``: the optimised program at every size, for a fit whose run time
+      outweighs its compilation even on few rows (ISBOR's solver runs up to 21 times in a
+      default fit, and runs 2.7-4.6x slower quick-compiled).
     """
-    fallback = program_for_rows(jitted, n_rows, static_argnames) if quick else jitted
-    return _stored_fit_program(jitted, fallback, result_type)
+    static_argnames = tuple(static_argnames)
+    if compile == "quick":
+        options = tuple(QUICK_OPTIONS.items())
+        fallback = program_for_rows(jitted, n_rows, static_argnames)
+    elif compile == "light":
+        options = tuple(LIGHT_OPTIONS.items())
+        fallback = compiled_with(jitted, options, static_argnames)
+    elif compile == "optimised":
+        options, fallback = None, jitted
+    else:
+        raise ValueError(f"compile must be one of {COMPILE_MODES}, got {compile!r}")
+    return _stored_fit_program(jitted, fallback, result_type, options)

@@ -72,8 +72,9 @@ def test_isbor_fits_through_its_stored_solver_as_through_the_jitted_one():
 
     X, y, _ = make_ordinal_probit(60, 2, 3, seed=9)
     model = ISBOR(theta="auto", theta_grid=(0.3, 1.0), cv=3, capacity=16, max_iter=60, random_state=0)
-    program = _compile_cache.stored_fit_program(_isbor_program, 60, ("config",), ISBORResult, quick=False)
-    assert program.fallback is _isbor_program and not program.quick
+    program = _compile_cache.stored_fit_program(_isbor_program, 60, ("config",), ISBORResult,
+                                                compile="optimised")
+    assert program.fallback is _isbor_program and program.options is None
     before = set(program.loaded)
     written = model.fit(X, y)
     assert len(set(program.loaded) - before) == 1  # the fold fits' and the final fit's program

@@ -261,7 +261,7 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         progress (a host callback cannot be stored)."""
         if config.progress:
             return self._solver(X, y, sw, cand, key, theta, min_delta, config)
-        program = stored_fit_program(self._program, X.shape[0], ("config",), ISBORResult, quick=False)
+        program = stored_fit_program(self._program, X.shape[0], ("config",), ISBORResult, compile="optimised")
         return program(*(np.asarray(a) for a in (X, y, sw, cand, key)), theta, min_delta, config=config)
 
     def _candidates(self, X, sw, key):

@@ -204,8 +204,9 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
 
     def _fit_copies(self, X, labels, weights, classes):
         """The copies of the joint-mode fit in one program
-        (:func:`bayesord._probit.fit_probit_weights`), compiled optimised: their fits are
-        many and small (the probability layer of a margin model fits six)."""
+        (:func:`bayesord._probit.fit_probit_weights`), compiled with
+        :data:`~bayesord._compile_cache.LIGHT_OPTIONS`: their fits are many and small (the
+        probability layer of a margin model fits six)."""
         template = clone(self)
         X, codes, _ = template._validate_fit(X, labels, None, classes)
         template.binary_columns_ = binary_columns(X)
@@ -216,7 +217,7 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         w_pad = np.zeros((weights.shape[0], X_pad.shape[0]), dtype)
         w_pad[:, :n] = weights
         program = stored_fit_program(fit_probit_weights, X_pad.shape[0], ("config", "n_classes"), ProbitResult,
-                                     quick=False)
+                                     compile="light")
         res = program(X_pad, codes_pad, w_pad, alpha.astype(dtype), solver_tol(template.tol, dtype),
                       config=template._config(), n_classes=len(classes))
         return copies_of_batch(template, res, weights.shape[0],
