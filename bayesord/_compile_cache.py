@@ -50,9 +50,11 @@ QUICK_MAX_ROWS = 16384
 QUICK_OPTIONS = {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False}
 # XLA's older loop emitters alone, LLVM still optimising: for many small fits side by side
 # (the probability layer's six probit fits, bayesord._probit.fit_probit_weights) the first
-# calibrate of a process took 2.1 s instead of 3.0 s, and the compiled program 2.6 ms
+# calibrate of a process took about 2 s instead of 3.0 s, and the compiled program 2.6 ms
 # instead of 1.3 ms (11 ms quick-compiled).
 LIGHT_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
+# stored_fit_program's choices of compiler options.
+COMPILE_MODES = ("quick", "light", "optimised")
 
 
 def cache_dir(environ=None):
@@ -151,10 +153,6 @@ def _options_accepted(options):
     return True
 
 
-def _quick_options_accepted():
-    return _options_accepted(tuple(QUICK_OPTIONS.items()))
-
-
 @functools.cache
 def compiled_with(jitted, options, static_argnames=()):
     """The function behind ``jitted`` (a ``jax.jit`` function), jitted again with compiler
@@ -209,7 +207,8 @@ def _as_array(a):
 
 class _StoredFitProgram:
     """``jitted(*arrays, **static)`` through a stored :mod:`jax.export` program where it can
-    (see the module docstring), else the jitted (or quick) program itself."""
+    (see the module docstring), else the jitted program itself or its variant compiled with
+    ``options``."""
 
     def __init__(self, jitted, fallback, result_type, options):
         self.jitted = jitted
@@ -281,9 +280,6 @@ class _StoredFitProgram:
 @functools.cache
 def _stored_fit_program(jitted, fallback, result_type, options):
     return _StoredFitProgram(jitted, fallback, result_type, options)
-
-
-COMPILE_MODES = ("quick", "light", "optimised")
 
 
 def stored_fit_program(jitted, n_rows, static_argnames, result_type, *, compile="quick"):

@@ -196,13 +196,29 @@ def test_small_fits_use_the_quick_compiling_programs_and_large_ones_the_optimise
     XLA:CPU no longer takes the options fails here instead of silently compiling slowly."""
     if jax.default_backend() != "cpu":
         pytest.skip("the quick-compiling options are XLA:CPU's")
-    assert _compile_cache._quick_options_accepted()
+    assert _compile_cache._options_accepted(tuple(_compile_cache.QUICK_OPTIONS.items()))
     small, large = bucket_rows(100), bucket_rows(QUICK_MAX_ROWS + 1)
     assert _fit_program(small).options == tuple(_compile_cache.QUICK_OPTIONS.items())
     assert _predict_program(small) is not _predict_probit
     assert _fit_program(large).options is None and _fit_program(large).fallback is fit_probit
     assert _predict_program(large) is _predict_probit
     assert _fit_program(small) is _fit_program(bucket_rows(QUICK_MAX_ROWS))  # one program object
+
+
+def test_the_batched_layer_fits_compile_light_at_every_size_and_modes_are_checked():
+    """The probability layer's side-by-side fits take LIGHT_OPTIONS whatever the row count;
+    an unknown compile mode is a ValueError naming the modes."""
+    if jax.default_backend() != "cpu":
+        pytest.skip("the compile options are XLA:CPU's")
+    from bayesord._probit import ProbitResult, fit_probit_weights
+
+    light = tuple(_compile_cache.LIGHT_OPTIONS.items())
+    for rows in (bucket_rows(100), bucket_rows(QUICK_MAX_ROWS + 1)):
+        program = _compile_cache.stored_fit_program(fit_probit_weights, rows, ("config", "n_classes"),
+                                                    ProbitResult, compile="light")
+        assert program.options == light and program.fallback is not fit_probit_weights
+    with pytest.raises(ValueError, match="'quick', 'light', 'optimised'"):
+        _compile_cache.stored_fit_program(fit_probit, 100, ("config", "n_classes"), ProbitResult, compile="fast")
 
 
 @pytest.mark.parametrize("mode", ["joint", pytest.param("evidence", marks=pytest.mark.slow)])
