@@ -140,7 +140,7 @@ def test_theta_auto_by_evidence_and_cv(data):
     assert factor == 1.0  # sigma is widened only by CV
     cand = jnp.arange(len(y), dtype=jnp.int32)
     config = ev._config(len(y), len(y), 3, Xj.dtype)
-    separate = [float(ev._solver(Xj, yj, sw, cand, key, t, ev.min_delta, config).log_evidence)
+    separate = [float(ev._solver(Xj, yj, sw, cand, key, t, ev.min_delta, config=config).log_evidence)
                 for t in (0.1, 1.0, 10.0)]
     np.testing.assert_allclose(scores, separate, rtol=1e-6)  # one program vs three: rounding
     cv = small_model(theta="auto", theta_grid=(0.1, 1.0), theta_selection="cv", cv=3).fit(X, y)
@@ -197,7 +197,7 @@ def test_theta_auto_by_cv_equals_separate_fold_fits(data, scoring):
         for k in range(3):
             # The fold fits' documented tolerance: min_delta or 1e-3 nats per row, the looser.
             fits.append(est._solver(Xj, yj, jnp.asarray(folds != k, float), cand, key, t,
-                                    max(est.min_delta, 1e-3 * len(y)), config))
+                                    max(est.min_delta, 1e-3 * len(y)), config=config))
             pred = predict_isbor(fits[-1], Xj[folds == k])
             if scoring == "mae":
                 loss[folds == k] = np.abs(np.asarray(pred.labels) - y[folds == k])
@@ -332,7 +332,7 @@ def test_theta_auto_by_cv_accepts_splitters_and_index_splits(data):
         errors = []
         for train, test in odd:
             res = est._solver(Xj, yj, jnp.zeros(n).at[train].set(1.0), cand, key, t,
-                              max(est.min_delta, 1e-3 * n), config)  # the fold fits' tolerance
+                              max(est.min_delta, 1e-3 * n), config=config)  # the fold fits' tolerance
             errors.append(np.abs(np.asarray(predict_isbor(res, Xj[test]).labels) - y[test]))
         np.testing.assert_allclose(score, -np.concatenate(errors).mean(), rtol=1e-6)
 
@@ -363,7 +363,7 @@ def test_theta_auto_by_loo_equals_psis_loo_of_separate_fits(data):
     cand = jnp.arange(len(y), dtype=jnp.int32)
     config = est._config(len(y), len(y), 3, Xj.dtype)
     for t, score in zip(grid, scores):
-        res = est._solver(Xj, yj, sw, cand, key, t, est.min_delta, config)
+        res = est._solver(Xj, yj, sw, cand, key, t, est.min_delta, config=config)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
             ref = float(loo(res, X, y, draws=250, chains=4,

@@ -72,26 +72,18 @@ def _check_positive(value, name):
     return float(value)
 
 
-def _isbor_solve(X, y, sw, cand, key, theta, min_delta, config):
+# The solvers, one signature for both, as programs to store (``_SparseBayesOrdinal._solve``):
+# the tolerance is an input, so the CV fold fits and the final fit share one program.
+@partial(jax.jit, static_argnames=("config",))
+def _isbor_solve(X, y, sw, cand, key, theta, min_delta, *, config):
     return fit_isbor(X, y, sw, cand, jnp.ones(cand.shape[0], bool), key, theta, config=config,
                      min_delta=min_delta)
 
 
-def _sbor_solve(X, y, sw, cand, key, theta, min_delta, config):
+@partial(jax.jit, static_argnames=("config",))
+def _sbor_solve(X, y, sw, cand, key, theta, min_delta, *, config):
     return fit_sbor(X, y, sw, cand, jnp.ones(cand.shape[0], bool), theta, config=config,
                     min_delta=min_delta)
-
-
-# The solvers as programs to store (``_SparseBayesOrdinal._solve``): the tolerance is an
-# input, so the CV fold fits and the final fit share one program.
-@partial(jax.jit, static_argnames=("config",))
-def _isbor_program(X, y, sw, cand, key, theta, min_delta, *, config):
-    return _isbor_solve(X, y, sw, cand, key, theta, min_delta, config)
-
-
-@partial(jax.jit, static_argnames=("config",))
-def _sbor_program(X, y, sw, cand, key, theta, min_delta, *, config):
-    return _sbor_solve(X, y, sw, cand, key, theta, min_delta, config)
 
 
 def selection_rows(n, max_samples, rng, above=1.0):
@@ -112,7 +104,7 @@ def selection_rows(n, max_samples, rng, above=1.0):
 @partial(jax.jit, static_argnames=("solver", "config"))
 def _fit_widths(thetas, X, y, sw, cand, key, min_delta, *, solver, config):
     """``solver`` at every width of ``thetas`` (stacked results)."""
-    return jax.lax.map(lambda t: solver(X, y, sw, cand, key, t, min_delta, config), thetas)
+    return jax.lax.map(lambda t: solver(X, y, sw, cand, key, t, min_delta, config=config), thetas)
 
 
 def _fold_predictions(theta, fold_weights, X, y, cand, key, min_delta, *, solver, config):
@@ -123,7 +115,7 @@ def _fold_predictions(theta, fold_weights, X, y, cand, key, min_delta, *, solver
     final fit calls: a fit whose selection uses every row (at most 1.5 times
     ``selection_max_samples``; the same shapes and config for both) compiles the solver once
     instead of twice (7.5 s of a 19.5 s first fit on 1,000 rows of a wine CSV, 2 cores)."""
-    fits = [solver(X, y, w, cand, key, theta, min_delta, config) for w in fold_weights]
+    fits = [solver(X, y, w, cand, key, theta, min_delta, config=config) for w in fold_weights]
     preds = [predict_isbor(res, X) for res in fits]
     # NumPy arrays: the calls finish here, so their progress lines are written while the
     # caller's progress prefix (the width being tried) still holds.
@@ -240,7 +232,7 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         else:
             theta = float(self.theta)
         config = self._config(n, cand.shape[0], n_classes, Xj.dtype)
-        res = self._solve(Xj, yj, swj, cand, key, theta, self.min_delta, config)
+        res = self._solve(Xj, yj, swj, cand, key, theta, self.min_delta, config=config)
         if self.kernel != "precomputed":
             # The fit's own standardisation follows this one: compose the two, in float64
             # (predictions standardise on the host too: _predict_raw).
@@ -253,15 +245,15 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         self.sigma_factor_ = sigma_factor
         return self
 
-    def _solve(self, X, y, sw, cand, key, theta, min_delta, config):
+    def _solve(self, X, y, sw, cand, key, theta, min_delta, *, config):
         """One fit at one width, called from the host: through the solver's stored program
         (:func:`bayesord._compile_cache.stored_fit_program`, optimised at every size), so a
         later process reads it instead of tracing it (a first fit with the cache warm on
         1,200 rows: 4.3 s before, 3.4 s after), or the jitted solver where the fit reports
         progress (a host callback cannot be stored)."""
         if config.progress:
-            return self._solver(X, y, sw, cand, key, theta, min_delta, config)
-        program = stored_fit_program(self._program, X.shape[0], ("config",), ISBORResult, compile="optimised")
+            return self._solver(X, y, sw, cand, key, theta, min_delta, config=config)
+        program = stored_fit_program(self._solver, X.shape[0], ("config",), ISBORResult, compile="optimised")
         return program(*(np.asarray(a) for a in (X, y, sw, cand, key)), theta, min_delta, config=config)
 
     def _candidates(self, X, sw, key):
@@ -405,7 +397,7 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         scores = []
         for i, t in enumerate(thetas):
             with prefix(f"theta {grid[i]:g} ({i + 1}/{grid.size}), PSIS-LOO"):  # done inside it
-                res = jax.block_until_ready(self._solve(X, y, sw, cand, key, t, self.min_delta, config))
+                res = jax.block_until_ready(self._solve(X, y, sw, cand, key, t, self.min_delta, config=config))
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 elpd = float(diagnostics.loo(res, X, y, draws=_LOO_DRAWS, chains=_LOO_CHAINS,
@@ -676,7 +668,6 @@ class ISBOR(_SparseBayesOrdinal):
     _solver_name = "ISBOR"
     _format = "bayesord.ISBOR/2"
     _solver = staticmethod(_isbor_solve)
-    _program = staticmethod(_isbor_program)
     # Up to 1.5 x selection_max_samples rows, selecting on every row costs less run time than
     # the second compilation a subset's shape needs (on 1,279 rows, 2 cores: +0.85 s of a
     # compiled fit against about 9 s of compiling; on 2,000 rows +6.5 s).  SBOR keeps 1: its
@@ -686,8 +677,8 @@ class ISBOR(_SparseBayesOrdinal):
     def __init__(self, kernel="rbf", theta="auto", theta_grid="scale", theta_selection="cv",
                  cv=5, cv_scoring="log_loss", selection_max_samples=1000, degree=2, capacity=128, max_iter=500,
                  min_delta=1e-2, patience=30, n_centres=None, centre_selection="random", block_size=256,
-                 cache_bytes=2**30, link="probit", learn_noise=True, calibrate_sigma=True, joint_reestimate=True, classes=None,
-                 n_draws=200, random_state=None, verbose=0):
+                 cache_bytes=2**30, link="probit", learn_noise=True, calibrate_sigma=True, joint_reestimate=True,
+                 classes=None, n_draws=200, random_state=None, verbose=0):
         self.kernel = kernel
         self.theta = theta
         self.theta_grid = theta_grid
@@ -744,14 +735,12 @@ class SBOR(_SparseBayesOrdinal):
     _solver_name = "SBOR"
     _format = "bayesord.SBOR/2"
     _solver = staticmethod(_sbor_solve)
-    _program = staticmethod(_sbor_program)
 
     def __init__(self, kernel="rbf", theta="auto", theta_grid="scale", theta_selection="cv",
                  cv=5, cv_scoring="log_loss", selection_max_samples=1000, degree=2, max_iter=1000,
                  min_delta=1e-2, n_centres=None, centre_selection="random", block_size=256, cache_bytes=2**30,
                  link="probit", learn_noise=True, calibrate_sigma=True, classes=None, n_draws=200,
-                 random_state=None,
-                 verbose=0):
+                 random_state=None, verbose=0):
         self.kernel = kernel
         self.theta = theta
         self.theta_grid = theta_grid
