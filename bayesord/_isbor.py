@@ -103,6 +103,7 @@ from ._thresholds import initial_thresholds, params_from_thresholds, thresholds_
 
 __all__ = [
     "Action",
+    "done_line",
     "ISBORConfig",
     "ISBORResult",
     "ISBORPrediction",
@@ -542,6 +543,15 @@ def _progress_line(solver, v):
 
 _isbor_line = partial(_progress_line, "ISBOR")
 _sbor_line = partial(_progress_line, "SBOR")
+
+
+def done_line(solver: str, res: ISBORResult) -> str:
+    """The final progress line of a fit, written on the host from its result (``solver``:
+    "ISBOR" or "SBOR"): ``ISBOR theta 0.3 done: 61 iterations  log-evidence -1230.2  RVs 24
+    (1/1 converged)``, ranges over a stacked result's fits."""
+    values = {"it": res.n_iter, "evidence": res.log_evidence, "n_active": res.n_active,
+              "theta": res.theta, "converged": res.converged}
+    return _progress_line(solver, {k: np.atleast_1d(np.asarray(v)) for k, v in values.items()})
 
 
 # ---------------------------------------------------------------------------------------

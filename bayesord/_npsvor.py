@@ -89,6 +89,7 @@ from ._status import final_status, warn_user
 __all__ = [
     "NPSVORConfig",
     "NPSVORResult",
+    "done_line",
     "rank_problems",
     "fit_npsvor",
     "predict_npsvor",
@@ -344,6 +345,14 @@ def _progress_line(v):
     worst = f"  violation {open_.max():.2e}" if open_.size and np.isfinite(open_).all() else ""
     return (f"NPSVOR pass {it.max()}/{v['max_iter'].max()}  converged {int(done.sum())}/"
             f"{done.size} problems{worst}")
+
+
+def done_line(res) -> str:
+    """The final progress line of a solve, written on the host from its result (an
+    :class:`NPSVORResult`): ``NPSVOR done: 69 passes  converged 6/6 problems``."""
+    conv = np.atleast_1d(np.asarray(res.converged))
+    return _progress_line({"it": np.atleast_1d(np.asarray(res.n_iter)), "done": conv, "converged": conv,
+                           "ratio": np.zeros(conv.shape)})
 
 
 class _PassState(NamedTuple):

@@ -56,7 +56,7 @@ from ._progress import emit
 from ._sparse import PaddedRows, row_dots
 from ._status import Status, final_status
 
-__all__ = ["TORConfig", "TORResult", "fit_tor", "predict_tor", "init_pseudo_labels"]
+__all__ = ["TORConfig", "TORResult", "done_line", "fit_tor", "predict_tor", "init_pseudo_labels"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -218,6 +218,17 @@ def _progress_line(v):
         return (f"TOR done: {stage} stages  {counts}  "
                 f"({'converged' if v['converged'].all() else 'not converged'})")
     return f"TOR stage {min(stage + 1, total)}/{total}  C2 {float(v['c2'].max()):.3g}  {counts}"
+
+
+def done_line(res) -> str:
+    """The final progress line of a transductive fit, written on the host from its
+    :class:`TORResult`: ``TOR done: 17 stages  retrainings 40  swaps 98  objective 133.4
+    (converged)``."""
+    n_ret = int(res.n_retrains)
+    objective = np.asarray(res.objective_trace)[n_ret - 1] if n_ret else np.nan
+    values = {"stage": res.n_stages, "n_stages": res.n_stages, "started": True, "c2": np.nan, "n_ret": n_ret,
+              "n_swaps": res.n_swaps, "objective": objective, "converged": res.converged}
+    return _progress_line({k: np.atleast_1d(np.asarray(v)) for k, v in values.items()})
 
 
 def _fit_tor_impl(X, codes, unlabeled, weight, C1, c2_init, c2_growth, tol, key, ratio, config):

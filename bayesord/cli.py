@@ -26,10 +26,12 @@ converge, with which sub-problems failed and what to try) are one line each as w
 
 The command is an application, not a library import, so it turns on JAX's float64 mode
 (recommended for the Bayesian paths) before doing any work.  ``demo`` and ``fit`` report
-progress on stderr (which model is being fitted, the solver's own progress line for
-estimators with a ``verbose`` parameter, and at the end of a ``fit`` how much of its time
-JAX spent compiling programs or reading them from the cache); ``--quiet`` (alias
-``--no-progress``) turns it off.
+progress on stderr (which model is being fitted, a line as each of its solves ends for
+estimators with a ``verbose`` parameter, which they run at ``verbose=1``, and at the end of a
+``fit`` how much of its time JAX spent compiling programs or reading them from the cache);
+``--quiet`` (alias ``--no-progress``) turns it off.  ``--param verbose=2`` adds the solver's
+line at every iteration, at the price of compiling the solver again in every run (a program
+that calls back into Python is not cached on disk).
 Tables and results go to stdout either way.
 
 Compiled programs are kept on disk between runs (JAX's persistent compilation cache, the

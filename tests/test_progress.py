@@ -3,8 +3,9 @@
 Checked: progress on and off give identical results; the host callback fires once per loop
 step plus once at the end, and the printed numbers are the ones in the result's traces;
 a vmapped grid prints one line per step, not one per grid point; with progress off the
-compiled program has no callback and prints nothing; the estimators' ``verbose`` and the
-CLI's ``--quiet``.
+compiled program has no callback and prints nothing; the estimators' ``verbose`` levels (1:
+host lines from the results, the silent fit's programs; 2: the solver's own lines too) and
+the CLI's ``--quiet``.
 
 The functional fits use exactly the configs the estimators build for the same data, so the
 estimator tests reuse their compiled programs (compiling ISBOR dominates the run time).
@@ -217,24 +218,37 @@ def test_npsvor_cv_per_value_loop_labels_each_value(capsys):
 
 
 @pytest.mark.slow
-def test_isbor_estimator_verbose(capsys):
+def test_isbor_estimator_verbose_levels(capsys):
     X, y = isbor_data()
     X, y = np.asarray(X), np.asarray(y)
     kw = dict(theta="auto", theta_grid=(0.5, 2.0), theta_selection="evidence", capacity=12, max_iter=40,
               random_state=0)
     quiet = ISBOR(**kw).fit(X, y)
     assert lines(capsys) == []
-    loud = ISBOR(verbose=1, **kw).fit(X, y)
+    # Level 1: the programs of a silent fit (results identical), and a line per fit written
+    # from its result: one per width of the evidence grid, then the final fit's.
+    host = ISBOR(verbose=1, **kw).fit(X, y)
     out = lines(capsys)
+    np.testing.assert_array_equal(quiet.coef_, host.coef_)
+    np.testing.assert_array_equal(quiet.theta_grid_scores_, host.theta_grid_scores_)
+    assert len(out) == 3 and all(" done: " in s for s in out)
+    for t, score in zip((0.5, 2.0), host.theta_grid_scores_):
+        line = [s for s in out if s.startswith(f"theta grid by evidence (2 widths)  ISBOR theta {t:g} done:")]
+        assert len(line) == 1 and f"log-evidence {score:.1f}" in line[0]
+    assert out[-1] == (f"ISBOR theta {host.theta_:g} done: {host.n_iter_} iterations  log-evidence "
+                       f"{host.log_evidence_:.1f}  RVs {host.relevance_indices_.size}  (1/1 converged)")
+    # Level 2: the solver's own line at every iteration as well, from inside its loop.
+    loud = ISBOR(verbose=2, **kw).fit(X, y)
+    out2 = lines(capsys)
     np.testing.assert_array_equal(quiet.coef_, loud.coef_)
     # Two programs (with and without the progress callbacks): equal to rounding (one ulp seen).
     np.testing.assert_allclose(quiet.theta_grid_scores_, loud.theta_grid_scores_, rtol=1e-12)
     # The widths are fitted one after the other, each line naming its width.
     for t in (0.5, 2.0):
-        done = [s for s in out if s.startswith(f"theta grid by evidence (2 widths)  ISBOR theta {t:g} done:")]
+        done = [s for s in out2 if s.startswith(f"theta grid by evidence (2 widths)  ISBOR theta {t:g} done:")]
         assert len(done) == 1
-    final = [s for s in out if s.startswith("ISBOR ")]
-    assert len(final) == loud.n_iter_ + 1 and final[-1].startswith(f"ISBOR theta {loud.theta_:g} done:")
+    final = [s for s in out2 if s.startswith("ISBOR ")]
+    assert len(final) == loud.n_iter_ + 1 and final[-1] == out[-1]
     with pytest.raises(ValueError, match="verbose"):
         ISBOR(verbose=-1, theta=1.0).fit(X, y)
 
@@ -254,10 +268,18 @@ def test_isbor_cv_selection_labels_each_width(capsys):
         score = [s for s in out if s.startswith(f"theta {t:g} ({i + 1}/2): 2-fold CV log-loss ")]
         assert len(score) == 1
         assert float(score[0].split()[-1]) == pytest.approx(-cv.theta_grid_scores_[i], abs=1e-4)
-    # The chosen width, and the factor on sigma that the fold fits chose for predictions.
+    # The chosen width, and the factor on sigma that the fold fits chose for predictions,
+    # then the final fit's line.
     chosen = out.index(f"width search: theta {cv.theta_:g} chosen"
                        + (f"; sigma x {cv.sigma_factor_:g} in predictions" if cv.sigma_factor_ != 1 else ""))
-    assert out[chosen + 1:] and all(s.startswith(f"ISBOR theta {cv.theta_:g} ") for s in out[chosen + 1:])
+    assert len(out[chosen + 1:]) == 1 and out[-1].startswith(f"ISBOR theta {cv.theta_:g} done:")
+    # At level 2 the fold fits and the final fit report their iterations too.
+    loud = ISBOR(verbose=2, theta_selection="cv", cv=2, **kw).fit(X, y)
+    out2 = lines(capsys)
+    assert loud.theta_ == cv.theta_
+    assert [s for s in out2 if " iter " not in s] == out
+    final = [s for s in out2[out2.index(out[chosen]) + 1:]]
+    assert len(final) == loud.n_iter_ + 1 and all(s.startswith(f"ISBOR theta {cv.theta_:g} ") for s in final)
 
 
 @pytest.mark.slow
@@ -265,7 +287,12 @@ def test_tor_and_npsvor_estimators_verbose(capsys):
     X, y, unl = tor_data()
     kw = dict(C=1.0, c2_init=1e-3, random_state=0)
     quiet = TransductiveOrdinalRegression(**kw).fit(X[~unl], y[~unl], X_unlabeled=X[unl])
-    loud = TransductiveOrdinalRegression(verbose=1, **kw).fit(X[~unl], y[~unl], X_unlabeled=X[unl])
+    host = TransductiveOrdinalRegression(verbose=1, **kw).fit(X[~unl], y[~unl], X_unlabeled=X[unl])
+    out = lines(capsys)
+    np.testing.assert_array_equal(quiet.w_, host.w_)  # the same program
+    assert out == [f"TOR done: {host.result_.n_stages} stages  retrainings {host.n_retrains_}  swaps "
+                   f"{host.n_swaps_}  objective {host.objective_trace_[-1]:.6g}  (converged)"]
+    loud = TransductiveOrdinalRegression(verbose=2, **kw).fit(X[~unl], y[~unl], X_unlabeled=X[unl])
     out = lines(capsys)
     np.testing.assert_array_equal(quiet.transduction_, loud.transduction_)
     np.testing.assert_allclose(quiet.w_, loud.w_, rtol=1e-12, atol=1e-14)  # programs differ
@@ -275,7 +302,17 @@ def test_tor_and_npsvor_estimators_verbose(capsys):
 
     X, y = npsvor_data()
     quiet = NPSVOR(Cs=[0.1, 1.0], cv=2, random_state=0).fit(X, y)
-    loud = NPSVOR(Cs=[0.1, 1.0], cv=2, random_state=0, verbose=1).fit(X, y)
+    host = NPSVOR(Cs=[0.1, 1.0], cv=2, random_state=0, verbose=1).fit(X, y)
+    out = lines(capsys)
+    np.testing.assert_array_equal(quiet.coef_, host.coef_)
+    assert len(out) == 3
+    for i, c in enumerate(("0.1", "1")):  # one line per C value: its CV MAE and its solve
+        mae = host.cv_results_["mean_mae"][i]
+        assert out[i].startswith(f"2-fold CV C={c} ({i + 1}/2): MAE {mae:.4f}  NPSVOR done:")
+        assert out[i].endswith(f"/{2 * K} problems")
+    assert out[-1] == (f"NPSVOR done: {host.n_iter_.max()} passes  converged {host.converged_.sum()}/{K} "
+                       "problems")
+    loud = NPSVOR(Cs=[0.1, 1.0], cv=2, random_state=0, verbose=2).fit(X, y)
     out = lines(capsys)
     np.testing.assert_array_equal(quiet.coef_, loud.coef_)
     for i, c in enumerate(("0.1", "1")):  # one solve per C value, each with its folds

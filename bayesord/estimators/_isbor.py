@@ -20,13 +20,14 @@ from .._isbor import (
     Action,
     ISBORConfig,
     ISBORResult,
+    done_line,
     fit_isbor,
     fit_sbor,
     predict_isbor,
     sample_class_probs_isbor,
     weight_cov,
 )
-from .._progress import check_verbose, prefix, show
+from .._progress import check_verbose, prefix, show, solver_progress
 from .._shapes import bucket_rows, pad_rows
 from .._status import Status, check_status, warn_user
 from ._base import (
@@ -191,7 +192,7 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
             n_classes=n_classes, kernel=self.kernel, degree=self.degree,
             capacity=self._capacity(n_cand), max_iter=self.max_iter,
             block_size=min(self.block_size, n_cand), cache_basis=bool(cache), link=self.link,
-            learn_noise=self.learn_noise, progress=check_verbose(self.verbose),
+            learn_noise=self.learn_noise, progress=solver_progress(self.verbose),
         )
 
     @fresh_fit
@@ -250,11 +251,15 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         (:func:`bayesord._compile_cache.stored_fit_program`, optimised at every size), so a
         later process reads it instead of tracing it (a first fit with the cache warm on
         1,200 rows: 4.3 s before, 3.4 s after), or the jitted solver where the fit reports
-        progress (a host callback cannot be stored)."""
+        every iteration (``verbose=2``: a host callback cannot be stored).  At ``verbose=1``
+        the fit's final line is written here, from its result."""
         if config.progress:
             return self._solver(X, y, sw, cand, key, theta, min_delta, config=config)
         program = stored_fit_program(self._solver, X.shape[0], ("config",), ISBORResult, compile="optimised")
-        return program(*(np.asarray(a) for a in (X, y, sw, cand, key)), theta, min_delta, config=config)
+        res = program(*(np.asarray(a) for a in (X, y, sw, cand, key)), theta, min_delta, config=config)
+        if check_verbose(self.verbose):
+            show(done_line(self._solver_name, res), final=True)
+        return res
 
     def _candidates(self, X, sw, key):
         n = X.shape[0]
@@ -307,8 +312,12 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         thetas = jnp.asarray(grid, X.dtype)
         if self.theta_selection == "evidence":
             with prefix(f"theta grid by evidence ({grid.size} widths)"):
-                scores = np.asarray(_fit_widths(thetas, X, y, sw, cand, key, self.min_delta, solver=self._solver,
-                                                config=config).log_evidence)
+                fits = _fit_widths(thetas, X, y, sw, cand, key, self.min_delta, solver=self._solver, config=config)
+                if check_verbose(self.verbose) and not config.progress:
+                    for i in range(grid.size):
+                        show(done_line(self._solver_name, jax.tree_util.tree_map(lambda a, i=i: a[i], fits)),
+                             final=True)
+            scores = np.asarray(fits.log_evidence)
             scores = np.where(np.isfinite(scores), scores, -np.inf)
             return float(grid[int(np.argmax(scores))]), scores, 1.0
         if self.theta_selection == "loo":
@@ -635,9 +644,12 @@ class ISBOR(_SparseBayesOrdinal):
             ``predict_proba_interval``.
         random_state: seed for the initial one-per-class draw and the subsets (None: 0); an int also
             seeds the posterior draws (else they use seed 0, so they repeat).
-        verbose: report progress on stderr (0, the default: silent).  One updating line per
-            fit (``ISBOR iter 37/500  log-evidence -1234.5  RVs 22``) and per width-selection
-            grid; the results do not change.
+        verbose: report progress on stderr (0, the default: silent).  1: a line as each fit
+            ends (``ISBOR theta 0.1 done: 61 iterations  log-evidence -1230.2  RVs 24``), each
+            labelled with its width and fold during the width search; 2: also an updating line
+            at every iteration (``ISBOR theta 0.1 iter 37/500  log-evidence -1234.5  RVs 22``),
+            from a solver that is then compiled again in every process (a program that calls
+            back into Python is not cached).  The results do not change.
 
     Attributes:
         relevance_indices_: training-row indices of the relevance vectors.
@@ -726,7 +738,8 @@ class SBOR(_SparseBayesOrdinal):
     Same model, posterior, thresholds and predictions as :class:`ISBOR`; the alphas of all
     candidates are re-estimated together (Tipping 2001) and pruned.  Memory ``O(n^2)`` and
     time ``O(n^3)`` per iteration: for small data or as a reference.  Parameters as
-    :class:`ISBOR` (``capacity``, ``joint_reestimate`` and ``patience`` do not apply; ``verbose`` reports SBOR's iterations),
+    :class:`ISBOR` (``capacity``, ``joint_reestimate`` and ``patience`` do not apply; ``verbose`` reports SBOR's
+    fits and iterations),
     except ``max_iter=1000``: the last irrelevant basis functions reach ``alpha_max`` slowly
     (MacKay's update grows such an alpha by a near-constant factor per iteration), and 300
     stopped 3 of 65 default fits on the small shared sets short of it (they converged by 350).

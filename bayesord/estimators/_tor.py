@@ -16,10 +16,10 @@ import scipy.sparse as sp
 
 from .._basis import KernelMap, check_gamma, fit_kernel_map, resolve_gamma, transform_kernel_map
 from .._redsvm import KERNELS, LOSSES, RedSVMConfig, RedSVMResult, fit_redsvm, threshold_prediction
-from .._progress import check_verbose
+from .._progress import check_verbose, show, solver_progress
 from .._sparse import as_rows
 from .._status import check_status, warn_user
-from .._tor import TORConfig, TORResult, fit_tor
+from .._tor import TORConfig, TORResult, done_line, fit_tor
 from .._validation import check_X, float_dtype
 from ._base import OrdinalEstimator, SnapshotSavableMixin, fit_key, fit_rng, fresh_fit
 from ._proba_layer import ProbaLayerMixin
@@ -203,9 +203,11 @@ class TransductiveOrdinalRegression(_RedSVMBase):
             proportions and the swaps keep them (like the positive fraction ``-p`` of
             Joachims' TSVM in SVMlight).  None (default, the paper): the labeled rows'
             proportions.  Non-negative, one per class, summing to 1.
-        verbose: report progress on stderr (0, the default: silent): one updating line
-            per retraining (``TOR stage 3/17  C2 4e-05  retrainings 57  swaps 120
-            objective ...``); the results do not change.
+        verbose: report progress on stderr (0, the default: silent).  1: a line when the
+            fit ends (``TOR done: 17 stages  retrainings 40  swaps 98  objective ...``); 2: also
+            an updating line per retraining (``TOR stage 3/17  C2 4e-05  retrainings 57  swaps
+            120  objective ...``), from a solver that is then compiled again in every process (a
+            program that calls back into Python is not cached).  The results do not change.
 
     Attributes:
         transduction_: labels of the unlabeled rows, in their given order.
@@ -348,7 +350,7 @@ class TransductiveOrdinalRegression(_RedSVMBase):
         Z = self._features_fit(X_all, k_map)
         config = TORConfig(len(self.classes_), self.loss, bool(self.fit_intercept), int(self.max_iter),
                            max_retrains=int(self.max_retrains), swap_rule=self.swap_rule,
-                           progress=check_verbose(self.verbose))
+                           progress=solver_progress(self.verbose))
         if n_unl == 0:
             res = fit_redsvm(Z, codes, self.C * sw, config.redsvm, tol=self.tol, key=k_fit)
             check_status(res.status, "TransductiveOrdinalRegression")
@@ -368,6 +370,8 @@ class TransductiveOrdinalRegression(_RedSVMBase):
         res = fit_tor(Z, codes_all, unl, config, C1=self.C, c2_init=self.c2_init,
                       c2_growth=self.c2_growth, weight=weight, tol=self.tol, key=k_fit,
                       class_ratios=ratios)
+        if check_verbose(self.verbose) and not config.progress:
+            show(done_line(res), final=True)
         check_status(res.status, "TransductiveOrdinalRegression")
         self.result_ = res
         self._set_model(res.w, res.theta, res.b)
