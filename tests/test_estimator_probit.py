@@ -13,9 +13,9 @@ from sklearn.exceptions import ConvergenceWarning
 from bayesord import OrdinalProbit, _compile_cache
 from bayesord._compile_cache import QUICK_MAX_ROWS
 from bayesord._probit import _predict_probit, fit_probit, predict_probit
-from bayesord._shapes import MIN_ROWS, bucket_rows
+from bayesord._shapes import LARGE_ROWS, MIN_ROWS, bucket_rows
 from bayesord.datasets import make_ordinal_probit
-from bayesord.estimators._base import solver_tol
+from bayesord.estimators._base import binary_columns, solver_tol
 from bayesord.estimators._probit import _fit_program, _predict_program
 
 X0, Y0, _ = make_ordinal_probit(120, 3, 3, seed=11, w=np.array([1.5, -1.0, 0.5]))
@@ -185,9 +185,12 @@ def test_row_buckets_are_few_and_pad_at_most_an_eighth(n):
     size = bucket_rows(n)
     assert size >= max(n, MIN_ROWS)
     if n > MIN_ROWS:
-        assert size <= 1.125 * n
-        base = 1 << (size.bit_length() - 1)
-        assert (size - base) % (base // 8) == 0  # one of eight sizes per doubling
+        # Eight sizes per doubling, 32 above LARGE_ROWS (at most 1/32 more rows there).
+        steps = 8 if n <= LARGE_ROWS else 32
+        assert size <= (1 + 1 / steps) * n
+        base = 1 << ((n - 1).bit_length() - 1)
+        assert base < n <= size <= 2 * base and (size - base) % (base // steps) == 0
+        assert size - base // steps < n  # the smallest such size
     assert bucket_rows(size) == size
 
 
@@ -284,6 +287,19 @@ def _reference_effects(res, X, link_cdf):
     value = effects(theta)
     J = np.stack([(effects(theta + 1e-6 * e) - effects(theta - 1e-6 * e)) / 2e-6 for e in np.eye(theta.size)], -1)
     return value, np.sqrt(np.einsum("jkm,ml,jkl->jk", J, cov, J))
+
+
+@given(st.integers(0, 80), st.integers(0, 79), st.sampled_from([2.0, 0.5, -1.0, np.nan]))
+@settings(max_examples=60, deadline=None)
+def test_binary_columns_reads_every_row(n, where, odd):
+    # A 0/1 column with one other value anywhere (also past the rows looked at first),
+    # a constant 0 and a constant 1 column, a continuous one: the full elementwise check.
+    rng = np.random.default_rng(n)
+    X = np.c_[rng.integers(0, 2, (n, 2)), np.zeros(n), np.ones(n), rng.normal(size=n)]
+    if n:
+        X[where % n, 1] = odd
+    expected = np.all((X == 0) | (X == 1), axis=0)
+    np.testing.assert_array_equal(binary_columns(X), expected)
 
 
 def test_marginal_effects_match_a_numpy_reference_and_follow_the_columns_units():

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bayesord._validation import encode_known_labels
+from bayesord._validation import encode_known_labels, encode_labels
 
 
 def one_by_one(values, classes):
@@ -73,3 +73,20 @@ def test_unknown_labels_are_named_once_each():
         encode_known_labels(np.array([1, 9, 7, 9, 2, 7]), [1, 2, 3])
     with pytest.raises(ValueError, match="not in classes: nan"):
         encode_known_labels(np.array([1.0, np.nan]), [1.0, 2.0])
+
+
+@given(st.lists(st.integers(-(2**40), 2**40), min_size=1, max_size=60), st.integers(0, 3),
+       st.sampled_from(["int8", "uint8", "int32", "int64", "uint64"]), st.integers(0, 2**40))
+@settings(max_examples=200, deadline=None)
+def test_numeric_labels_without_classes_are_their_sorted_distinct_values(values, scale, dtype, shift):
+    # Narrow and wide ranges (a table of the range or a sort), every integer dtype: the
+    # classes are the sorted distinct labels and each code a label's position among them.
+    info = np.iinfo(dtype)
+    values = np.asarray(values) // (2 ** (10 * scale)) + (shift if dtype.startswith("u") else 0)
+    y = np.clip(values, info.min, info.max).astype(dtype)
+    if np.unique(y).size < 2:
+        y = np.r_[y, y[0] ^ 1].astype(dtype)
+    codes, classes = encode_labels(y)
+    np.testing.assert_array_equal(classes, np.unique(y))
+    assert classes.dtype == y.dtype and codes.dtype == np.int32
+    np.testing.assert_array_equal(classes[codes], y)
