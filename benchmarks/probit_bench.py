@@ -6,7 +6,9 @@ calls, ours after compilation; mord timed the same way, statsmodels once), compi
 reported separately (first call minus a warm call), and speed ratios against the peers
 measured in the same run.  Also ``OrdinalProbit().fit`` with its defaults (the evidence
 mode through the estimator, compiled, median of 7), against mord and against the
-functional evidence fit it wraps (the estimator's own overhead).
+functional evidence fit it wraps (the estimator's own overhead): in float64 like the rest,
+and as a user's fresh process runs it, where JAX computes in float32 unless float64 is
+turned on (a child process without ``jax_enable_x64``; mord in the same process).
 
     python benchmarks/probit_bench.py            # n = 1e3, 1e4, 1e5
     python benchmarks/probit_bench.py --quick    # n = 1e3, 1e4 (about a minute)
@@ -15,19 +17,19 @@ functional evidence fit it wraps (the estimator's own overhead).
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
+import sys
 import time
 import warnings
 
 import jax
 import numpy as np
+from _common import machine, print_table, time_call, write_json
 
-jax.config.update("jax_enable_x64", True)
-
-from _common import machine, print_table, time_call, write_json  # noqa: E402
-
-from bayesord import metrics  # noqa: E402
-from bayesord._probit import ProbitConfig, fit_probit, predict_probit  # noqa: E402
-from bayesord.datasets import make_ordinal_probit  # noqa: E402
+from bayesord import metrics
+from bayesord._probit import ProbitConfig, fit_probit, predict_probit
+from bayesord.datasets import make_ordinal_probit
 
 D, K, N_TEST = 20, 5, 10_000
 REPEATS = 7  # timed calls per fit (median); the first few after compilation still warm up
@@ -55,6 +57,37 @@ def estimator(X, y, Xt, yt):
     return {"fit_s": run, "mae": metrics.mae(yt, model.predict(Xt))}
 
 
+def split(n):
+    X, y, _ = make_ordinal_probit(n + N_TEST, D, K, seed=n)
+    y = (y - 1).astype(np.int32)
+    return X[:n], X[n:], y[:n], y[n:]
+
+
+def default_dtype_worker(n):
+    """In a process without float64 (JAX's default): the estimator, the functional evidence
+    fit it wraps (float32 inputs, its tolerance 1e-5) and mord, on the same split; prints
+    one JSON line."""
+    from bayesord.estimators._base import solver_tol
+
+    X, Xt, y, yt = split(n)
+    est = estimator(X, y, Xt, yt)
+    X32 = X.astype(np.float32)
+    args = (X32, y, np.ones(n, np.float32), 1.0, solver_tol(None, np.float32))
+    cfg = ProbitConfig()
+    jax.block_until_ready(fit_probit(*args, config=cfg, n_classes=K))
+    run, res = time_call(lambda: fit_probit(*args, config=cfg, n_classes=K), repeats=REPEATS)
+    md = mord_fit(X, y, Xt, yt)
+    print(json.dumps({"n": n, "dtype": str(res.coef.dtype), "estimator MAE": est["mae"], "mord MAE": md["mae"],
+                      "estimator s": est["fit_s"], "functional evidence s": run, "mord s": md["fit_s"],
+                      "mord/estimator": md["fit_s"] / est["fit_s"], "estimator/functional": est["fit_s"] / run}))
+
+
+def default_dtype(n):
+    out = subprocess.run([sys.executable, __file__, "--default-dtype-worker", str(n)], capture_output=True,
+                         text=True, check=True)
+    return json.loads(out.stdout.splitlines()[-1])
+
+
 def statsmodels_fit(X, y, Xt, yt):
     from statsmodels.miscmodels.ordinal_model import OrderedModel
 
@@ -80,13 +113,17 @@ def mord_fit(X, y, Xt, yt):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--default-dtype-worker", type=int, metavar="N", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.default_dtype_worker:
+        default_dtype_worker(args.default_dtype_worker)
+        return
     sizes = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000]
+    defaults = [default_dtype(n) for n in sizes]  # child processes, before this one's work
+    jax.config.update("jax_enable_x64", True)
     rows = []
     for n in sizes:
-        X, y, _ = make_ordinal_probit(n + N_TEST, D, K, seed=n)
-        y = (y - 1).astype(np.int32)
-        X, Xt, y, yt = X[:n], X[n:], y[:n], y[n:]
+        X, Xt, y, yt = split(n)
         joint = ours(X, y, Xt, yt, "joint")
         evid = ours(X, y, Xt, yt, "evidence")
         est = estimator(X, y, Xt, yt)
@@ -111,10 +148,13 @@ def main():
             "statsmodels s", "mord s", "statsmodels/joint", "mord/joint", "evidence/joint",
             "joint compile s", "evidence compile s", "joint Newton iters", "evidence L-BFGS iters"]
     print_table(rows, cols)
-    print("\nThe estimator with its defaults (evidence mode), compiled:")
+    print("\nThe estimator with its defaults (evidence mode), compiled, float64:")
     print_table(rows, ["n", "estimator MAE", "mord MAE", "estimator s", "evidence s", "mord s",
                        "mord/estimator", "estimator/evidence"])
-    write_json("probit", {"machine": machine(), "d": D, "n_classes": K, "n_test": N_TEST, "rows": rows})
+    print("\nThe same in a process with JAX's default float32 (mord in that process too):")
+    print_table(defaults, list(defaults[0]))
+    write_json("probit", {"machine": machine(), "d": D, "n_classes": K, "n_test": N_TEST, "rows": rows,
+                          "default_dtype": defaults})
 
 
 if __name__ == "__main__":
