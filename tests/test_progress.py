@@ -283,6 +283,17 @@ def test_isbor_cv_selection_labels_each_width(capsys):
 
 
 @pytest.mark.slow
+def test_cross_fitted_copies_of_a_verbose_model_name_their_fold(capsys):
+    X, y = isbor_data()
+    X, y = np.asarray(X), np.asarray(y)
+    model = ISBOR(verbose=1, theta=1.0, capacity=12, max_iter=40, random_state=0).fit(X, y)
+    lines(capsys)
+    model.calibrate(X, y, cv=2)
+    out = lines(capsys)
+    assert [s.split("  ISBOR theta 1 done:")[0] for s in out] == ["calibration fold 1/2", "calibration fold 2/2"]
+
+
+@pytest.mark.slow
 def test_tor_and_npsvor_estimators_verbose(capsys):
     X, y, unl = tor_data()
     kw = dict(C=1.0, c2_init=1e-3, random_state=0)

@@ -9,6 +9,7 @@ layer of :mod:`bayesord.estimators._proba_layer`) and point predictions (:meth:`
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import NamedTuple
 
@@ -26,6 +27,7 @@ from ..uncertainty import (
     risk_threshold,
     sets_from_scores,
 )
+from .._progress import prefix
 from .._splits import kfold_indices
 from ._base import internal_fits, run_folds
 from ._formula import formula_rows
@@ -179,15 +181,19 @@ class UncertaintyMixin:
                                                                                    self.classes_)
             parts += [scored(model, test) for model, (_, test) in zip(models, folds)]
         else:
-            def fold(train, test):
-                with internal_fits():
+            workers = self._fold_workers(len(folds))
+
+            def fold(j, train, test):
+                # One after another (a verbose model), each copy's progress lines name its fold.
+                label = prefix(f"calibration fold {j + 1}/{len(folds)}") if workers == 1 else contextlib.nullcontext()
+                with internal_fits(), label:
                     if self._zero_weight_drops_row:
                         model = self._fit_copy(X, labels, training_weights([train], n)[0])
                     else:
                         model = self._fit_copy(_rows(X, train), labels[train], None)
                 return scored(model, test)
 
-            parts += run_folds(fold, folds, self._fold_workers(len(folds)))
+            parts += run_folds(fold, [(j, *f) for j, f in enumerate(folds)], workers)
         values = np.empty((n,) + parts[-1][1].shape[1:])
         anchor = np.empty(n, dtype=np.int64)
         for rows, part_values, part_anchor in parts:
