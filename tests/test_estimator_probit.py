@@ -42,8 +42,19 @@ def test_ordered_categorical_and_dataframe_input():
     model = joint().fit(frame, y)
     assert list(model.classes_) == ["c", "b", "a"]
     assert list(model.feature_names_in_) == ["u", "v", "w"]
-    with pytest.raises(ValueError, match="feature names"):
+    with pytest.raises(ValueError, match=r"another order; select them in the fitted order, "
+                                          r"X\[model.feature_names_in_\] \(\['u', 'v', 'w'\]\)"):
         model.predict(frame[["v", "u", "w"]])
+    np.testing.assert_array_equal(model.predict(frame[["v", "u", "w"]][model.feature_names_in_]),
+                                  model.predict(frame))
+    # Each wrong frame is named for what is wrong with it, whatever its width.
+    for wrong, what in [(frame[["u", "w"]], r"missing \['v'\]"),
+                        (frame.assign(z=1.0), r"not fitted on \['z'\]"),
+                        (frame.rename(columns={"u": "U"}), r"missing \['u'\]; not fitted on \['U'\]"),
+                        (frame[["u", "v", "w", "u"]], r"repeated \['u'\]"),
+                        (frame[["u", "u", "w"]], r"missing \['v'\]; repeated \['u'\]")]:
+        with pytest.raises(ValueError, match="different feature names than the data the model was fitted on: " + what):
+            model.predict(wrong)
 
 
 def test_integer_labels_with_gaps_and_probability_rows():

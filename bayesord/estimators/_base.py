@@ -263,12 +263,11 @@ class OrdinalEstimator(BaseEstimator):
         spec = getattr(self, "_spec", None)
         if spec is not None:
             X = formula_rows(spec, X)
-        X, names = check_X(X, accept_sparse=self._accept_sparse, n_features=self.n_features_in_,
-                           min_features=self._min_features,
-                           model=type(self).__name__)
         fitted_names = getattr(self, "feature_names_in_", None)
-        if fitted_names is not None and names is not None and list(names) != list(fitted_names):
-            raise ValueError("X has different feature names (or order) than the data the model was fitted on")
+        if fitted_names is not None and getattr(X, "columns", None) is not None:
+            _check_feature_names([str(c) for c in X.columns], [str(c) for c in fitted_names])
+        X, _ = check_X(X, accept_sparse=self._accept_sparse, n_features=self.n_features_in_,
+                       min_features=self._min_features, model=type(self).__name__)
         center = getattr(self, "input_center_", None)
         if center is None:
             return X
@@ -555,6 +554,23 @@ def posterior_table(index, mean, sd, level, **columns):
     lo, hi = f"{100 * (1 - level) / 2:g}%", f"{100 * (1 + level) / 2:g}%"
     return pd.DataFrame({"mean": mean, "sd": sd, lo: mean - z * sd, hi: mean + z * sd, **columns},
                         index=index)
+
+
+def _check_feature_names(given, fitted):
+    """ValueError unless a frame's columns are the fitted ones in the fitted order, naming
+    the columns missing, the ones not fitted on, or the order wanted."""
+    if given == fitted:
+        return
+    missing = [c for c in fitted if c not in given]
+    unknown = [c for c in given if c not in fitted]
+    repeated = sorted({c for c in given if given.count(c) > 1})
+    if missing or unknown or repeated:
+        parts = ([f"missing {missing}"] if missing else []) + ([f"not fitted on {unknown}"] if unknown else []) \
+            + ([f"repeated {repeated}"] if repeated else [])
+        raise ValueError(f"X has different feature names than the data the model was fitted on: "
+                         f"{'; '.join(parts)}")
+    raise ValueError(f"X has the fitted feature names in another order; select them in the fitted "
+                     f"order, X[model.feature_names_in_] ({fitted})")
 
 
 # Rows binary_columns looks at first.
