@@ -321,13 +321,26 @@ def _standardised_thresholds(mean, scale, b):
 
     ``scale`` is one standard deviation per sample, shape (n,), or one per sample and
     threshold, shape (n, K-1) (a predictive distribution whose thresholds are uncertain
-    too: the variance of ``b_k - f`` differs between thresholds).  With one scale per
-    sample ``z`` is increasing already; with one per threshold a Gaussian posterior that
-    lets two thresholds swap could make ``z`` decrease, and a running maximum keeps the
-    cumulative probabilities monotone (the class between them gets probability 0).
+    too: the variance of ``b_k - f`` differs between thresholds).  Two ways ``z`` could
+    decrease, two remedies:
+
+    * Thresholds that cross (a cumulative link model's nominal effects, far out in a
+      column) are taken as their running maximum: the latent model in which the class is
+      the first ``k`` with ``f + noise <= max_{j <= k} b_j``, so a class between crossed
+      thresholds is impossible (probability 0, as the data of such a fit suggest).
+    * With one scale per threshold each ``F(z_k)`` is the exact cumulative probability
+      under the Gaussian posterior, but far in a tail (a wider ``b_{k+1} - f`` than
+      ``b_k - f``) ``z`` can still decrease.  The values are then sorted: the monotone
+      rearrangement of Chernozhukov, Fernandez-Val & Galichon (2009, Biometrika 96,
+      "Improving point and interval estimators of monotone functions by rearrangement"),
+      which brings a non-monotone estimate of a monotone curve closer to it in every Lp
+      norm, and leaves every class a positive probability: a posterior makes no class
+      impossible.  A running maximum here gave the class between exactly 0 (an infinite
+      log-loss for a row of that class: ``OrdinalProbit(prior="ard")`` on 28 rows of
+      pasture did so on one of five splits).
     """
     scale = scale[:, None] if scale.ndim == 1 else scale
-    return jax.lax.cummax((b - mean[:, None]) / scale, axis=1)
+    return jnp.sort((jax.lax.cummax(b, axis=b.ndim - 1) - mean[:, None]) / scale, axis=1)
 
 
 def log_cumulative_probs(mean, scale, b, link: str = "probit"):
@@ -366,16 +379,17 @@ def _quadrature_log_probs(mean, var, sigma, b, link):
     ``log P(y <= k)`` and ``log P(y > k)`` are each a log-sum-exp over the nodes of the
     link's ``log F`` and ``log(1 - F)``, so both stay accurate in their small tails; the
     class probabilities are their differences, taken as in :func:`log_interval` (in
-    ``P(y <= k)`` below the median, in ``P(y > k)`` above it), and forced monotone in k like
-    :func:`_standardised_thresholds` does for the closed forms.
+    ``P(y <= k)`` below the median, in ``P(y > k)`` above it), with crossed thresholds and
+    decreasing cumulative probabilities treated as in :func:`_standardised_thresholds`.
     """
     var = jnp.broadcast_to(var[:, None] if var.ndim == 1 else var, (mean.shape[0], b.shape[-1]))
+    b = jax.lax.cummax(b, axis=b.ndim - 1)  # crossed thresholds, as in _standardised_thresholds
     nodes = jnp.asarray(GH_NODES, mean.dtype)
     log_w = jnp.asarray(_GH_LOG_WEIGHTS, mean.dtype)
     z = ((b - mean[:, None])[..., None]
          + jnp.sqrt(2.0 * jnp.maximum(var, 0.0))[..., None] * nodes) / sigma
-    log_cum = jax.lax.cummax(jax.nn.logsumexp(log_cdf(z, link) + log_w, axis=-1), axis=1)
-    log_sur = jax.lax.cummin(jax.nn.logsumexp(log_sf(z, link) + log_w, axis=-1), axis=1)
+    log_cum = jnp.sort(jax.nn.logsumexp(log_cdf(z, link) + log_w, axis=-1), axis=1)
+    log_sur = -jnp.sort(-jax.nn.logsumexp(log_sf(z, link) + log_w, axis=-1), axis=1)
     lo_cum, hi_cum = log_cum[:, :-1], log_cum[:, 1:]
     lo_sur, hi_sur = log_sur[:, :-1], log_sur[:, 1:]
     upper = lo_cum > -0.6931471805599453

@@ -23,7 +23,7 @@ from scipy.stats import norm
 import jax
 
 from bayesord import CumulativeLinkModel, ThresholdCrossingWarning, load_model
-from bayesord._clm import CLMConfig, clm_columns, fit_clm, sample_class_probs_clm
+from bayesord._clm import CLMConfig, _plugin_proba, _standardised, clm_columns, fit_clm, sample_class_probs_clm
 from sklearn.exceptions import ConvergenceWarning
 
 # ---------------------------------------------------------------- R references
@@ -289,7 +289,8 @@ def test_the_elastic_net_fit_is_the_penalised_optimum_scipy_finds():
 @pytest.mark.slow  # its own compilation; the default run is at its 5-minute budget
 def test_crossing_thresholds_warn_and_keep_probabilities_valid():
     """The middle class is impossible for w > 0.55 in the simulated data; the fitted linear
-    shifts then cross there, and those rows get probability 0 for it (never below)."""
+    shifts then cross there, and those rows get probability 0 for it at the estimate (never
+    below); the predictive keeps only what the two thresholds' different uncertainties give."""
     rng = np.random.default_rng(3)
     w, latent = rng.normal(size=400), rng.normal(size=400)
     t1, t2 = -0.5 + 0.9 * w, 0.5 - 0.9 * w
@@ -298,7 +299,10 @@ def test_crossing_thresholds_warn_and_keep_probabilities_valid():
         model = CumulativeLinkModel(nominal=[0]).fit(w[:, None], y)
     proba = model.predict_proba(np.array([[-3.0], [0.0], [3.0]]))
     assert np.all(proba >= 0) and np.allclose(proba.sum(axis=1), 1.0)
-    assert proba[2, 1] == 0.0 and proba[0, 1] > 0.99
+    assert 0.0 < proba[2, 1] < 1e-4 and proba[0, 1] > 0.99
+    res = model._result()
+    plugin = np.asarray(_plugin_proba(res.eta, _standardised(res, model._rows(np.array([[3.0]]))), res))
+    assert plugin[0, 1] == 0.0 and np.isclose(plugin.sum(), 1.0)
 
 
 def test_a_determined_fit_does_not_warn(simulated):

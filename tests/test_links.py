@@ -154,6 +154,32 @@ def test_gauss_hermite_predictive_probabilities_match_adaptive_quadrature(link):
 
 
 @pytest.mark.parametrize("link", LINKS)
+def test_cumulative_probabilities_that_cross_are_rearranged(link):
+    # Far in a tail, with one threshold much less certain than the other, the exact
+    # E[F((b_k - f)/sigma)] of each threshold (b_k - f ~ N(b_k - mean, var_k)) decrease in
+    # k.  The prediction is their monotone rearrangement (sorted), so every class keeps a
+    # positive probability (a running maximum gave the middle class exactly 0).
+    b = np.array([0.0, 0.5])
+    predictive = log_predictive_probs if get_link(link).predictive_scale else _quadrature_log_probs
+    for mean, var in [(-4.0, (0.01, 3.0)), (4.5, (3.0, 0.01)), (-2.0, (0.05, 2.0))]:
+        cum = np.array([_quad_class_probs(mean, v, 1.0, [bk], link)[0] for bk, v in zip(b, var)])
+        assert cum[1] < cum[0]  # the case crosses
+        p = np.exp(np.asarray(predictive(jnp.asarray([mean]), jnp.asarray([var]), 1.0, jnp.asarray(b), link)[0][0]))
+        assert np.all(p > 0)
+        # The rearrangement of the library's own cumulative probabilities, one threshold at
+        # a time (nothing to cross there) ...
+        alone = [float(np.exp(predictive(jnp.asarray([mean]), jnp.asarray([[v]]), 1.0, jnp.asarray([bk]), link)[1][0, 0]))
+                 for bk, v in zip(b, var)]
+        np.testing.assert_allclose(p, np.diff(np.r_[0.0, np.sort(alone), 1.0]), rtol=1e-9, atol=1e-15)
+        # ... and of the exact ones by adaptive quadrature: exact for the probit, to
+        # Gauss-Hermite's accuracy for the quadrature links (the logit's predictive is
+        # MacKay's approximation, compared above only).
+        if link != "logit":
+            np.testing.assert_allclose(p, np.diff(np.r_[0.0, np.sort(cum), 1.0]),
+                                       **(dict(rtol=1e-9, atol=1e-15) if link == "probit" else dict(atol=2e-6)))
+
+
+@pytest.mark.parametrize("link", LINKS)
 def test_generator_draws_the_links_noise(link):
     draws = get_link(link).sample(np.random.default_rng(0), 20000)
     cdf = lambda x: np.exp(np.asarray(get_link(link).log_cdf(jnp.asarray(x))))
