@@ -58,6 +58,22 @@ def test_labels_outputs_and_attributes(model, data):
         -np.mean(np.abs(np.array([order[p] for p in pred]) - y)))
 
 
+def test_predict_proba_is_float64_from_the_log_probabilities(model, data, monkeypatch):
+    X, _ = data
+    raw = model._predict_raw(X)
+    proba = model.predict_proba(X)
+    assert proba.dtype == np.float64
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0, atol=1e-14)
+    np.testing.assert_allclose(proba, np.asarray(raw.proba), rtol=1e-5, atol=1e-7)
+    # A class whose float32 log-probability is -115 keeps its probability (e^-115, about
+    # 1e-50), where float32 exponentiation underflows to 0 (an infinite log-loss).
+    log_p = np.log(np.array([[1.0, 1e-50, 1e-50]]))
+    fake = raw._replace(log_proba=np.asarray(log_p, np.float32), proba=np.exp(np.asarray(log_p, np.float32)))
+    monkeypatch.setattr(model, "_predict_raw", lambda X: fake)
+    assert fake.proba[0, 1] == 0.0
+    np.testing.assert_allclose(model.predict_proba(X[:1]), [[1.0, 1e-50, 1e-50]], rtol=1e-4)  # float32 logs
+
+
 def test_joint_reestimate_is_a_choice(data):
     """The default also tries every re-estimate at once; joint_reestimate=False is the
     published loop, one action per iteration, whose evidence trace never holds that step."""

@@ -10,6 +10,7 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpy as np
+from scipy.special import logsumexp
 from sklearn.utils.validation import check_is_fitted
 
 from .. import diagnostics, metrics
@@ -522,8 +523,12 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         return self._decode(np.asarray(self._predict_raw(X).labels))
 
     def predict_proba(self, X):
-        """Predictive class probabilities, (n, K), columns in ``classes_`` order."""
-        return np.asarray(self._predict_raw(X).proba)
+        """Predictive class probabilities, (n, K), columns in ``classes_`` order.
+
+        In float64, from the fit's log-probabilities (normalised again on the host), so a
+        class far in a tail keeps a positive probability where float32 gives it 0."""
+        log_p = np.asarray(self._predict_raw(X).log_proba, dtype=np.float64)
+        return np.exp(log_p - logsumexp(log_p, axis=1, keepdims=True))
 
     def _probability_draws(self, X):
         """Class probabilities under ``n_draws`` joint posterior draws, (n_draws, n, K)."""
