@@ -186,6 +186,9 @@ class ProbitPrediction(NamedTuple):
     """Class probabilities, shape (n, K), rows non-negative summing to 1."""
     cum_proba: jax.Array
     """Cumulative probabilities P(y <= k) for k < K-1, shape (n, K-1)."""
+    log_proba: jax.Array
+    """Their logarithms, shape (n, K): accurate where ``proba`` underflows (float32 gives 0
+    below about 1e-38 or 1e-45)."""
 
     labels = property(lambda self: mode_labels(self.proba), doc="(n,) codes of the most probable classes.")
     scores = property(lambda self: self.mean, doc="The latent mean ``mean`` (n,).")
@@ -545,7 +548,7 @@ def _predict_probit(result: ProbitResult, X) -> ProbitPrediction:
                   + jnp.diag(result.thresholds_cov)[None, :])
     log_p, log_cum = log_predictive_probs(mean_c, margin_var, result.sigma, result.thresholds, link)
     return ProbitPrediction(mean=mean_c, var=jnp.maximum(weight_var, 0.0), proba=jnp.exp(log_p),
-                            cum_proba=jnp.exp(log_cum))
+                            cum_proba=jnp.exp(log_cum), log_proba=log_p)
 
 
 @jax.jit

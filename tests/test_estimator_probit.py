@@ -57,6 +57,24 @@ def test_ordered_categorical_and_dataframe_input():
             model.predict(wrong)
 
 
+def test_probabilities_far_in_a_tail_survive_float32():
+    # A sharp fit predicted far out: in float32 the outer classes' probabilities (about
+    # 1e-70) underflow to 0, an infinite log-loss for a row of those classes.  predict_proba
+    # takes them from the log-probabilities, in float64; the float64 fit is the reference.
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(2000, 1))
+    y = np.digitize(5 * X[:, 0] + rng.normal(size=2000), [-3, 3])
+    far = np.array([[-6.0], [6.0]])
+    with jax.enable_x64(False):
+        model = OrdinalProbit().fit(X, y)
+        p32, raw = model.predict_proba(far), model._predict_all(far)
+    assert np.any(raw.proba == 0) and raw.proba.dtype == np.float32
+    assert p32.dtype == np.float64 and np.all(p32 > 0)
+    np.testing.assert_allclose(p32.sum(axis=1), 1.0, atol=1e-15)
+    p64 = OrdinalProbit().fit(X, y).predict_proba(far)
+    np.testing.assert_allclose(np.log(p32), np.log(p64), rtol=1e-3)
+
+
 def test_integer_labels_with_gaps_and_probability_rows():
     y = np.array([2, 5, 11])[Y0 - 1]
     model = joint().fit(X0, y)

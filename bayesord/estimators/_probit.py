@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import jax
 import numpy as np
+from scipy.special import logsumexp
 from sklearn.base import clone
 from sklearn.utils.validation import check_is_fitted
 
@@ -262,9 +263,12 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
 
         The joint posterior of the weights and the thresholds is integrated exactly (probit;
         the probit approximation for the logit, quadrature for the other links), one
-        predictive variance per threshold.
+        predictive variance per threshold.  In float64, from the log-probabilities
+        (normalised again on the host), so a class far in a tail keeps a positive
+        probability where float32 gives it 0.
         """
-        return np.asarray(self._predict_all(X).proba, dtype=np.float64)
+        log_p = np.asarray(self._predict_all(X).log_proba, dtype=np.float64)
+        return np.exp(log_p - logsumexp(log_p, axis=1, keepdims=True))
 
     def predict_cumproba(self, X):
         """Cumulative probabilities ``P(y <= classes_[k])`` for k < K-1, shape (n, K-1)."""
