@@ -219,6 +219,9 @@ class CLMPrediction(NamedTuple):
     """Class probabilities, shape (n, K)."""
     cum_proba: jax.Array
     """Cumulative probabilities ``P(y <= k)``, k < K-1, shape (n, K-1)."""
+    log_proba: jax.Array
+    """Their logarithms, shape (n, K): accurate where ``proba`` underflows (float32 gives 0
+    below about 1e-38 or 1e-45)."""
 
     labels = property(lambda self: mode_labels(self.proba), doc="(n,) codes of the most probable classes.")
     scores = property(lambda self: self.margin, doc="The margins ``margin`` (n, K-1).")
@@ -465,7 +468,8 @@ def predict_clm(result: CLMResult, A) -> CLMPrediction:
     zero = jnp.zeros(margin.shape[:1], margin.dtype)
     log_p, log_cum = log_predictive_probs(zero, jnp.maximum(var, 0.0), jnp.ones((), margin.dtype), margin,
                                           config.link)
-    return CLMPrediction(margin=margin, margin_var=var, proba=jnp.exp(log_p), cum_proba=jnp.exp(log_cum))
+    return CLMPrediction(margin=margin, margin_var=var, proba=jnp.exp(log_p), cum_proba=jnp.exp(log_cum),
+                         log_proba=log_p)
 
 
 def _plugin_proba(eta, Az, result):

@@ -270,6 +270,9 @@ class MixedPrediction(NamedTuple):
     """Class probabilities, shape (n, K)."""
     cum_proba: jax.Array
     """Cumulative probabilities ``P(y <= k)``, k < K-1, shape (n, K-1)."""
+    log_proba: jax.Array
+    """Their logarithms, shape (n, K): accurate where ``proba`` underflows (float32 gives 0
+    below about 1e-38 or 1e-45)."""
 
     labels = property(lambda self: mode_labels(self.proba), doc="(n,) codes of the most probable classes.")
     scores = property(lambda self: self.mean, doc="The latent mean ``mean`` (n,).")
@@ -868,7 +871,7 @@ def predict_mixed(result: MixedResult, X, groups) -> MixedPrediction:
     mean, b, margin_var = _margin_moments(result, X, groups)
     log_p, log_cum = log_predictive_probs(mean, margin_var, jnp.ones((), mean.dtype), b, link)
     return MixedPrediction(mean=mean, margin_var=margin_var, proba=jnp.exp(log_p),
-                           cum_proba=jnp.exp(log_cum))
+                           cum_proba=jnp.exp(log_cum), log_proba=log_p)
 
 
 @partial(jax.jit, static_argnames=("n_draws",))

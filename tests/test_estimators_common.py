@@ -28,7 +28,7 @@ from bayesord import (
     load_model,
 )
 from bayesord.datasets import make_ordinal_probit
-from bayesord.estimators._base import warn_if_one_class
+from bayesord.estimators._base import proba_from_log, warn_if_one_class
 
 X0, Y0, _ = make_ordinal_probit(60, 2, 3, seed=11)
 
@@ -485,3 +485,16 @@ def test_every_estimator_reports_status_and_keeps_its_result(est, tmp_path):
     assert hasattr(est, "noise_") == has_noise
     if has_noise:
         assert est.noise_ == float(np.asarray(est.result_.sigma)) > 0
+
+
+def test_probabilities_from_float32_logs_keep_their_tails():
+    # Rows of float32 log-probabilities, one of them far below float32's smallest number
+    # once exponentiated: float64 probabilities, each row summing to 1 to float64 rounding,
+    # every class positive, each probability its log's exp to float32 accuracy.
+    p = np.array([[0.5, 0.5 - 1e-60, 1e-60], [1e-3, 0.998, 1e-3], [1 / 3, 1 / 3, 1 / 3]])
+    log_p = np.log(p).astype(np.float32)
+    assert np.exp(log_p)[0, 2] == 0
+    out = proba_from_log(log_p)
+    assert out.dtype == np.float64 and np.all(out > 0)
+    np.testing.assert_allclose(out.sum(axis=1), 1.0, atol=1e-15)
+    np.testing.assert_allclose(out, p, rtol=1e-5)

@@ -23,6 +23,7 @@ import zlib
 import jax
 import numpy as np
 import scipy.sparse as sp
+from scipy.special import logsumexp
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.metaestimators import available_if
@@ -54,7 +55,7 @@ from ._formula import (
 
 __all__ = ["BAYES_ONE_CLASS_HINT", "OrdinalEstimator", "SavableMixin", "SnapshotSavableMixin", "binary_columns",
            "class_from_proba", "fit_key", "fit_rng", "fresh_fit", "internal_fits", "marginal_effects_table",
-           "posterior_table", "read_model_file", "reset_fitted", "run_folds", "set_input_transform", "solver_tol",
+           "posterior_table", "proba_from_log", "read_model_file", "reset_fitted", "run_folds", "set_input_transform", "solver_tol",
            "threshold_names", "warn_if_one_class"]
 
 
@@ -385,6 +386,15 @@ def solver_tol(tol, dtype):
     if not (np.isfinite(tol) and tol > 0):
         raise ValueError(f"tol must be a positive number, got {tol!r}")
     return float(tol)
+
+
+def proba_from_log(log_proba):
+    """Class probabilities (n, K) in float64 from a prediction's log-probabilities,
+    normalised again on the host: a class far in a tail keeps its positive probability where
+    exponentiating in float32 gives it 0 (below about 1e-38), an infinite log-loss for a
+    row of that class."""
+    log_p = np.asarray(log_proba, dtype=np.float64)
+    return np.exp(log_p - logsumexp(log_p, axis=1, keepdims=True))
 
 
 def class_from_proba(proba, rule):

@@ -34,6 +34,7 @@ from ._base import (
     fresh_fit,
     marginal_effects_table,
     posterior_table,
+    proba_from_log,
     solver_tol,
     threshold_names,
     warn_if_undetermined,
@@ -336,8 +337,9 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
     def predict_proba(self, X):
         """Class probabilities, shape (n, K), the Laplace posterior of every parameter
         integrated (exactly for the probit, the probit approximation for the logit, by
-        quadrature for the other links)."""
-        return self._predict_all(X).proba
+        quadrature for the other links); in float64 from the log-probabilities
+        (:func:`~bayesord.estimators._base.proba_from_log`)."""
+        return proba_from_log(self._predict_all(X).log_proba)
 
     def predict_cumproba(self, X):
         """Cumulative probabilities ``P(y <= classes_[k])`` for k < K-1, shape (n, K-1)."""

@@ -10,7 +10,6 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpy as np
-from scipy.special import logsumexp
 from sklearn.utils.validation import check_is_fitted
 
 from .. import diagnostics, metrics
@@ -43,6 +42,7 @@ from ._base import (
     fit_rng,
     fresh_fit,
     posterior_table,
+    proba_from_log,
     threshold_names,
 )
 from ._uncertainty import UncertaintyMixin
@@ -523,12 +523,9 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         return self._decode(np.asarray(self._predict_raw(X).labels))
 
     def predict_proba(self, X):
-        """Predictive class probabilities, (n, K), columns in ``classes_`` order.
-
-        In float64, from the fit's log-probabilities (normalised again on the host), so a
-        class far in a tail keeps a positive probability where float32 gives it 0."""
-        log_p = np.asarray(self._predict_raw(X).log_proba, dtype=np.float64)
-        return np.exp(log_p - logsumexp(log_p, axis=1, keepdims=True))
+        """Predictive class probabilities, (n, K), columns in ``classes_`` order, in float64
+        from the log-probabilities (:func:`~bayesord.estimators._base.proba_from_log`)."""
+        return proba_from_log(self._predict_raw(X).log_proba)
 
     def _probability_draws(self, X):
         """Class probabilities under ``n_draws`` joint posterior draws, (n_draws, n, K)."""

@@ -35,6 +35,7 @@ from ._base import (
     fresh_fit,
     marginal_effects_table,
     posterior_table,
+    proba_from_log,
     solver_tol,
     threshold_names,
 )
@@ -421,8 +422,9 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         """Class probabilities, shape (n, K): each row's group effect (its posterior for a
         group seen in fitting, ``N(0, tau^2)`` for any other label) and the posterior of
         ``(beta, b, tau)`` integrated (exactly for the probit, the probit approximation for
-        the logit, by quadrature for the other links)."""
-        return self._predict_all(X, groups).proba
+        the logit, by quadrature for the other links); in float64 from the log-probabilities
+        (:func:`~bayesord.estimators._base.proba_from_log`)."""
+        return proba_from_log(self._predict_all(X, groups).log_proba)
 
     def predict_cumproba(self, X, groups=None):
         """Cumulative probabilities ``P(y <= classes_[k])`` for k < K-1, shape (n, K-1)."""

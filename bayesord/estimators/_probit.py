@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import jax
 import numpy as np
-from scipy.special import logsumexp
 from sklearn.base import clone
 from sklearn.utils.validation import check_is_fitted
 
@@ -35,6 +34,7 @@ from ._base import (
     fresh_fit,
     marginal_effects_table,
     posterior_table,
+    proba_from_log,
     solver_tol,
     threshold_names,
     warn_if_undetermined,
@@ -263,12 +263,10 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
 
         The joint posterior of the weights and the thresholds is integrated exactly (probit;
         the probit approximation for the logit, quadrature for the other links), one
-        predictive variance per threshold.  In float64, from the log-probabilities
-        (normalised again on the host), so a class far in a tail keeps a positive
-        probability where float32 gives it 0.
+        predictive variance per threshold.  In float64 from the log-probabilities
+        (:func:`~bayesord.estimators._base.proba_from_log`).
         """
-        log_p = np.asarray(self._predict_all(X).log_proba, dtype=np.float64)
-        return np.exp(log_p - logsumexp(log_p, axis=1, keepdims=True))
+        return proba_from_log(self._predict_all(X).log_proba)
 
     def predict_cumproba(self, X):
         """Cumulative probabilities ``P(y <= classes_[k])`` for k < K-1, shape (n, K-1)."""
