@@ -243,7 +243,7 @@ class _StoredFitProgram:
         try:
             exported = export.deserialize(bytearray(path.read_bytes()))
         except FileNotFoundError:
-            fields = self.result_type._fields  # the array fields (config is static)
+            fields = self.result_type._fields  # the array fields (a result's config is static)
             jitted = self.jitted
 
             def as_fields(*flat):
@@ -274,7 +274,8 @@ class _StoredFitProgram:
         call = self._program(leaves, treedef, static)
         if call is None:
             return self.fallback(*jax.tree_util.tree_unflatten(treedef, leaves), **static)
-        return self.result_type(config=static["config"], **call(*leaves))
+        fields = call(*leaves)
+        return self.result_type(config=static["config"], **fields) if "config" in static else self.result_type(**fields)
 
 
 @functools.cache
@@ -285,7 +286,9 @@ def _stored_fit_program(jitted, fallback, result_type, options):
 def stored_fit_program(jitted, n_rows, static_argnames, result_type, *, compile="quick"):
     """A fit whose inputs are arrays (or pytrees of them) and whose result is a
     ``result_type`` (:func:`bayesord._results.result_type`) with ``config`` among the static
-    arguments, through a stored program where it can (module docstring).
+    arguments, through a stored program where it can (module docstring).  A prediction
+    works the same way: its inputs a result (whose ``config`` is part of the program's key)
+    and arrays, no static arguments, and a NamedTuple of arrays as ``result_type``.
 
     Used where nothing else runs: one device, NumPy inputs, the on-disk cache on.  Anything
     else calls the jitted program as compiled for ``compile``:

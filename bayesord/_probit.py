@@ -551,24 +551,35 @@ def _predict_probit(result: ProbitResult, X) -> ProbitPrediction:
                             cum_proba=jnp.exp(log_cum), log_proba=log_p)
 
 
-@jax.jit
 def thresholds_at_zero(result: ProbitResult):
     """The thresholds of the uncentred latent ``x^T w`` and their joint covariance with w.
 
     ``b0 = b + (center^T w) 1``: the cut points that statsmodels' ``OrderedModel`` and R's
     ``clm`` report.  Their covariance follows linearly from the joint posterior.
 
+    A result of NumPy arrays (an estimator's) is transformed in NumPy, which costs a first
+    fit of a process no program to trace and compile; JAX arrays go through a jitted program.
+
     Returns:
         (thresholds, thresholds_cov, cross_cov) of shapes (K-1,), (K-1, K-1), (d, K-1).
     """
+    if all(isinstance(a, np.ndarray) for a in jax.tree_util.tree_leaves(result)):
+        return _thresholds_at_zero(np, result)
+    return _thresholds_at_zero_jit(result)
+
+
+def _thresholds_at_zero(xp, result):
     c = result.center
-    ones = jnp.ones_like(result.thresholds)
+    ones = xp.ones_like(result.thresholds)
     wc = result.coef_cov @ c
     bc = result.cross_cov.T @ c
     thresholds = result.thresholds + (c @ result.coef) * ones
-    cov = (result.thresholds_cov + jnp.outer(bc, ones) + jnp.outer(ones, bc)
-           + (c @ wc) * jnp.outer(ones, ones))
-    return thresholds, cov, result.cross_cov + jnp.outer(wc, ones)
+    cov = (result.thresholds_cov + xp.outer(bc, ones) + xp.outer(ones, bc)
+           + (c @ wc) * xp.outer(ones, ones))
+    return thresholds, cov, result.cross_cov + xp.outer(wc, ones)
+
+
+_thresholds_at_zero_jit = jax.jit(partial(_thresholds_at_zero, jnp))
 
 
 @jax.jit

@@ -231,9 +231,9 @@ def test_small_fits_use_the_quick_compiling_programs_and_large_ones_the_optimise
     assert _compile_cache._options_accepted(tuple(_compile_cache.QUICK_OPTIONS.items()))
     small, large = bucket_rows(100), bucket_rows(QUICK_MAX_ROWS + 1)
     assert _fit_program(small).options == tuple(_compile_cache.QUICK_OPTIONS.items())
-    assert _predict_program(small) is not _predict_probit
+    assert _predict_program(small).options == tuple(_compile_cache.QUICK_OPTIONS.items())
     assert _fit_program(large).options is None and _fit_program(large).fallback is fit_probit
-    assert _predict_program(large) is _predict_probit
+    assert _predict_program(large).options is None and _predict_program(large).fallback is _predict_probit
     assert _fit_program(small) is _fit_program(bucket_rows(QUICK_MAX_ROWS))  # one program object
 
 

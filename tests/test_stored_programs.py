@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from bayesord import OrdinalProbit, _compile_cache
-from bayesord._probit import ProbitConfig, ProbitResult, fit_probit
+from bayesord._probit import ProbitConfig, ProbitResult, _predict_probit, fit_probit
 from bayesord._shapes import bucket_rows
 from bayesord.datasets import make_ordinal_probit
-from bayesord.estimators._probit import _fit_program
+from bayesord.estimators._probit import _fit_program, _predict_program
 
 
 @pytest.mark.skipif(not _compile_cache._export_ready(), reason="jax.export serialisation needs flatbuffers")
@@ -37,6 +37,23 @@ def test_a_stored_fit_equals_the_jitted_fit_when_written_and_when_read_back():
         np.testing.assert_allclose(model.coef_cov_, ref.coef_cov, rtol=1e-6)
     np.testing.assert_array_equal(read_back.coef_, written.coef_)
     np.testing.assert_array_equal(read_back.coef_cov_, written.coef_cov_)
+
+
+@pytest.mark.skipif(not _compile_cache._export_ready(), reason="jax.export serialisation needs flatbuffers")
+def test_the_probit_prediction_is_stored_too_and_equals_the_jitted_one():
+    X, y, _ = make_ordinal_probit(41, 3, 4, seed=6)
+    model = OrdinalProbit().fit(X, y)
+    _compile_cache._stored_fit_program.cache_clear()  # as a new process: nothing loaded
+    program = _predict_program(bucket_rows(41))
+    proba = model.predict_proba(X)
+    assert len(program.loaded) == 1  # the one-class check and predict_proba: one program
+    res = jax.tree_util.tree_map(np.asarray, model.result_)
+    ref = _predict_probit(res, X)
+    np.testing.assert_allclose(proba, np.asarray(ref.proba), rtol=1e-12, atol=1e-15)
+    # The key holds the fit's settings: another link is another program.
+    logit = OrdinalProbit(link="logit").fit(X, y)
+    logit.predict_proba(X)
+    assert len(program.loaded) == 2
 
 
 def test_the_key_depends_on_settings_shapes_and_source(monkeypatch):

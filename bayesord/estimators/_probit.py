@@ -11,6 +11,7 @@ from .. import diagnostics
 from .._compile_cache import program_for_rows, stored_fit_program
 from .._probit import (
     ProbitConfig,
+    ProbitPrediction,
     ProbitResult,
     _predict_probit,
     class_prob_bands,
@@ -55,8 +56,10 @@ def _fit_program(n_rows):
 
 
 def _predict_program(n_rows):
-    """The prediction of ``predict_probit`` as compiled for ``n_rows`` (padded) rows."""
-    return program_for_rows(_predict_probit, n_rows)
+    """The prediction of ``predict_probit`` as compiled for ``n_rows`` (padded) rows,
+    through a stored program where it can: a later process reads it instead of tracing it
+    (the one-class check after every fit predicts, so a first fit would trace it too)."""
+    return stored_fit_program(_predict_probit, n_rows, (), ProbitPrediction)
 
 
 class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
