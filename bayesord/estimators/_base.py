@@ -17,6 +17,7 @@ import json
 import numbers
 import os
 import sys
+import types
 import zipfile
 import zlib
 
@@ -26,7 +27,6 @@ import scipy.sparse as sp
 from scipy.special import logsumexp
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
 from .._results import decode_state, encode_state, state_types
@@ -57,6 +57,29 @@ __all__ = ["BAYES_ONE_CLASS_HINT", "OrdinalEstimator", "SavableMixin", "Snapshot
            "class_from_proba", "fit_key", "fit_rng", "fresh_fit", "internal_fits", "marginal_effects_table",
            "posterior_table", "proba_from_log", "read_model_file", "reset_fitted", "run_folds", "set_input_transform", "solver_tol",
            "threshold_names", "warn_if_one_class"]
+
+
+class _OnlyWhen:
+    """The descriptor of :func:`only_when`."""
+
+    def __init__(self, fn, check):
+        self.fn, self.check = fn, check
+        functools.update_wrapper(self, fn)
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self.fn
+        if not self.check(obj):
+            raise AttributeError(f"{type(obj).__name__} has no attribute {self.fn.__name__!r} now")
+        return types.MethodType(self.fn, obj)
+
+
+def only_when(check):
+    """Decorate a method that exists only while ``check(estimator)`` holds, as
+    scikit-learn's ``available_if`` (``hasattr`` is False otherwise), except that the
+    AttributeError a user sees is the one ``check`` raises, which says what to do
+    ("call calibrate(...) first"), not a bare "has no attribute"."""
+    return lambda fn: _OnlyWhen(fn, check)
 
 
 class OrdinalEstimator(BaseEstimator):
@@ -162,12 +185,12 @@ class OrdinalEstimator(BaseEstimator):
         super().__init_subclass__(**kwargs)
         for name, kind in _LABELLED_OUTPUTS.items():
             method = inspect.getattr_static(cls, name, None)
-            check = getattr(method, "check", None)  # sklearn's available_if: wrap what it guards
+            check = getattr(method, "check", None)  # only_when: wrap what it guards
             inner = getattr(method, "fn", method) if check is not None else method
             if inner is None or getattr(inner, "_labelled_output", False):
                 continue
             wrapped = _labelled_output(inner, kind)
-            setattr(cls, name, available_if(check)(wrapped) if check is not None else wrapped)
+            setattr(cls, name, only_when(check)(wrapped) if check is not None else wrapped)
 
     def set_output(self, *, transform=None):
         """Choose what the prediction methods return: NumPy arrays (``"default"``) or pandas

@@ -20,9 +20,8 @@ see those rows either (cross-fitted over the same folds), so the sets keep their
 from __future__ import annotations
 
 import numpy as np
-from sklearn.utils.metaestimators import available_if
 
-from ._base import internal_fits
+from ._base import internal_fits, only_when
 from ._bootstrap import BootstrapMixin
 from ._probit import OrdinalProbit
 from ._uncertainty import fold_indices, never_held_out, training_weights
@@ -45,7 +44,8 @@ def _layer(n_classes, random_state):
 
 
 def _calibrated(est):
-    """``available_if`` check: the margin model has a probability layer, else say how to get one."""
+    """:func:`~bayesord.estimators._base.only_when` check: the margin model has a probability
+    layer, else say how to get one."""
     if getattr(est, "proba_layer_", None) is None:
         raise AttributeError(f"{type(est).__name__} has no probabilities of its own until it is "
                              "calibrated: call calibrate(X_cal, y_cal) on held-out rows (or "
@@ -87,7 +87,7 @@ class ProbaLayerMixin(BootstrapMixin):
             proba[kept] = self.proba_layer_.predict_proba(values[kept])
         return proba
 
-    @available_if(_calibrated)
+    @only_when(_calibrated)
     def predict_proba(self, X):
         """Calibrated class probabilities, (n, K), columns in ``classes_`` order.
 
@@ -98,7 +98,7 @@ class ProbaLayerMixin(BootstrapMixin):
         """
         return self.proba_layer_.predict_proba(self._calibration_values(X))
 
-    @available_if(_calibrated)
+    @only_when(_calibrated)
     def predict_proba_interval(self, X, level=0.95):
         """Central band of each calibrated class probability under the layer's posterior.
 
