@@ -186,11 +186,18 @@ def _read_table(path, target, argument="DATA"):
 
 
 def _parse_classes(text, y, target):
-    """``--classes`` as labels of the kind the target column holds (numbers stay numbers)."""
+    """``--classes`` as labels of the kind the target column holds (numbers stay numbers);
+    text labels without ``--classes`` are an error that lists them (their order is the
+    user's to give: labels are never sorted alphabetically)."""
+    y = np.asarray(y)
     if text is None:
+        if y.dtype.kind not in "iufb":
+            seen = sorted({str(v) for v in y.tolist()})
+            shown = ", ".join(seen[:10]) + (", ..." if len(seen) > 10 else "")
+            raise ValueError(f"the labels in column {target!r} are text ({shown}), which have no order of "
+                             "their own: list them with --classes, comma-separated from lowest to highest")
         return None
     classes = [c.strip() for c in text.split(",")]
-    y = np.asarray(y)
     if y.dtype.kind not in "iuf":
         return classes
     number = int if y.dtype.kind in "iu" else float
@@ -293,7 +300,10 @@ def _feature_columns(frame, names, path, argument):
         return frame
     missing = [c for c in names if c not in frame.columns]
     if missing:
-        raise ValueError(f"argument {argument}: {path} lacks feature columns {missing}")
+        from .datasets import _separator_hint
+
+        raise ValueError(f"argument {argument}: {path} lacks feature columns {missing}"
+                         + _separator_hint(list(frame.columns)))
     return frame[list(names)]
 
 
@@ -401,8 +411,10 @@ def _fit_formula(args) -> int:
     # The models without a formula of their own standardise their coded columns as fit does.
     standardize = {} if args.model == "probit" else {"standardize": args.standardize and cls._scale_sensitive}
     response = args.formula.split("~")[0].strip()
-    if args.classes is not None and response in frame.columns:
-        params["classes"] = _parse_classes(args.classes, frame[response], response)
+    if response in frame.columns:
+        classes = _parse_classes(args.classes, frame[response], response)
+        if classes is not None:
+            params["classes"] = classes
     name = cls.__name__
     from . import _progress  # with JAX, after the checks above
 

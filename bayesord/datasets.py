@@ -90,6 +90,18 @@ def _whole_to_int(y: np.ndarray) -> np.ndarray:
     return y
 
 
+def _separator_hint(columns) -> str:
+    """A hint for a header read as one column that holds another separator (a file written
+    with ``;``, tab or ``|`` between fields), else ""."""
+    if len(columns) != 1:
+        return ""
+    for sep, name in ((";", "semicolon"), ("\t", "tab"), ("|", "'|'")):
+        if sep in str(columns[0]):
+            return (f" (the header looks {name}-separated; CSV files here are comma-separated: "
+                    f"convert it, e.g. pandas.read_csv(path, sep={sep!r}).to_csv(new_path, index=False))")
+    return ""
+
+
 def load_csv(path, target: str = "y", dtype=np.float64):
     """Load a CSV file (plain or gzip-compressed) with one header row.
 
@@ -128,7 +140,8 @@ def load_csv(path, target: str = "y", dtype=np.float64):
             raise ValueError(f"{path.name} is empty (no header row)") from None
     columns = [str(c) for c in frame.columns]
     if target not in columns:
-        raise ValueError(f"{path.name} has no target column {target!r}; columns are {columns}")
+        raise ValueError(f"{path.name} has no target column {target!r}; columns are {columns}"
+                         + _separator_hint(columns))
     if frame.shape[0] == 0:
         raise ValueError(f"{path.name} has a header but no rows")
     features = [c for c in frame.columns if str(c) != target]

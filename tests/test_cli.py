@@ -46,6 +46,20 @@ def test_bad_target_is_reported_not_raised(tmp_path, capsys):
     assert "grade" in capsys.readouterr().err
 
 
+def test_text_labels_without_an_order_and_other_separators_are_explained(tmp_path, capsys):
+    data = tmp_path / "d.csv"
+    pd.DataFrame({"a": [1.0, 2.0, 3.0], "y": ["low", "high", "mid"]}).to_csv(data, index=False)
+    for formula in ([], ["--formula", "y ~ a"]):  # the same on both paths
+        assert main(["fit", str(data), "--out", str(tmp_path / "m.npz"), "--quiet"] + formula) == 2
+        err = capsys.readouterr().err
+        assert ("labels in column 'y' are text (high, low, mid), which have no order of their own: "
+                "list them with --classes") in err
+    # A file written with semicolons reads as one column: the error says so.
+    pd.DataFrame({"a": [1.0, 2.0], "y": [1, 2]}).to_csv(data, index=False, sep=";")
+    assert main(["fit", str(data), "--out", str(tmp_path / "m.npz")]) == 2
+    assert "the header looks semicolon-separated; CSV files here are comma-separated" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_isbor_fit_then_predict_with_uncertainty(tmp_path, capsys):
     from bayesord import ISBOR, load_model
