@@ -293,6 +293,18 @@ def test_the_command_process_exits_with_mains_code_and_output(tmp_path):
     assert done.stderr.startswith("bayesord predict: error:") and "missing.npz" in done.stderr
 
 
+def test_the_command_collects_garbage_again_once_its_imports_are_frozen():
+    """The installed command (``run``) turns the collector off at its start; where a command
+    first needs JAX the estimators are imported, their objects frozen and the collector turned
+    back on.  A caller of ``main`` (these tests) keeps its collector as it was."""
+    probe = ("import gc, sys\nfrom bayesord import cli\ngc.disable()\ncli._configure_jax()\n"
+             "print(gc.isenabled(), gc.get_freeze_count() > 10000, 'bayesord.estimators' in sys.modules)\n"
+             "gc.unfreeze()\ncli._configure_jax()\nprint(gc.isenabled(), gc.get_freeze_count())")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "True", "True", "True", "0"]
+
+
 @pytest.mark.slow
 def test_the_library_keeps_compiled_programs_between_processes(tmp_path):
     """``bayesord.OrdinalProbit`` turns the on-disk cache on: a second process reads it."""
