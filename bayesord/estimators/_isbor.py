@@ -124,16 +124,50 @@ def _fold_predictions(theta, fold_weights, X, y, cand, key, min_delta, *, solver
     return np.stack([np.asarray(p.labels) for p in preds]), np.stack([np.asarray(p.proba) for p in preds]), fits
 
 
-def _sigma_factor(fits, X, y_held, fold_of, rows, sw_held):
-    """The factor of :data:`SIGMA_FACTORS` on each fold fit's noise scale that gives the lowest
-    pooled held-out log-loss (the first, 1, on a tie)."""
-    losses = []
-    for factor in SIGMA_FACTORS:
-        proba = np.stack([np.asarray(predict_isbor(res._replace(sigma=res.sigma * factor), X).proba)
-                          for res in fits])
-        losses.append(metrics.ordinal_log_loss(y_held, proba[fold_of, rows], sample_weight=sw_held))
-    losses = np.where(np.isfinite(losses), losses, np.inf)
-    return float(SIGMA_FACTORS[int(np.argmin(losses))])
+def fixed_thresholds(res):
+    """``res`` with the thresholds' posterior taken as a point mass at their estimate (the
+    ISBOR paper's predictive: the weights' posterior given the thresholds).  The threshold
+    covariance becomes the dtype's smallest normal number times I, so that the prediction's
+    Cholesky factor of it still exists; with no cross covariance it adds nothing else."""
+    cov = np.asarray(res.thresholds_cov)
+    return res._replace(thresholds_cov=np.eye(cov.shape[0], dtype=cov.dtype) * np.finfo(cov.dtype).tiny,
+                        cross_cov=np.zeros_like(np.asarray(res.cross_cov)))
+
+
+def _predictive_spread(fits, X, y_held, fold_of, rows, sw_held):
+    """The predictive's spread chosen on the held-out rows of the chosen width's fold fits:
+    the factor of :data:`SIGMA_FACTORS` on the noise scale, and whether the predictions
+    integrate the thresholds' posterior.
+
+    Each way (thresholds integrated or at their estimate) takes its factor of lowest pooled
+    held-out log-loss (the first, 1, on a tie).  The thresholds stay integrated unless the
+    other way's log-loss is lower by more than twice the standard error of the per-row
+    difference: when the noise scale is tiny against the thresholds' posterior sds (a nearly
+    deterministic rule, as in balance_scale), their Gaussian posterior spreads a row over
+    classes the data rule out, while on a few dozen rows integrating them is what keeps the
+    probabilities from being over-confident (``docs/isbor.md``).
+
+    Returns:
+        (factor, integrate_thresholds).
+    """
+    y_held, w = np.asarray(y_held), np.asarray(sw_held, dtype=np.float64)
+    best = {}
+    for integrate in (True, False):
+        for factor in SIGMA_FACTORS:
+            variants = [res._replace(sigma=res.sigma * factor) for res in fits]
+            if not integrate:
+                variants = [fixed_thresholds(res) for res in variants]
+            proba = np.stack([np.asarray(predict_isbor(res, X).proba, dtype=np.float64) for res in variants])
+            held = proba[fold_of, rows][np.arange(y_held.size), y_held]
+            loss = -np.log(np.maximum(held, np.finfo(np.float64).tiny))
+            mean = np.average(loss, weights=w)
+            if integrate not in best or mean < best[integrate][0]:
+                best[integrate] = (mean, factor, loss)
+    diff = best[False][2] - best[True][2]
+    mean = np.average(diff, weights=w)
+    se = np.sqrt(np.average((diff - mean) ** 2, weights=w) / np.count_nonzero(w))
+    integrate = not (mean + 2.0 * se < 0.0)
+    return float(best[integrate][1]), integrate
 
 
 class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
@@ -227,9 +261,9 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         Xj, yj, swj = jnp.asarray(X), jnp.asarray(codes, jnp.int32), jnp.asarray(sw)
         key, k_centres, k_sel = jax.random.split(key, 3)
         cand = self._candidates(Xj, swj, k_centres)
-        sigma_factor = 1.0
+        sigma_factor, integrate = 1.0, True
         if isinstance(self.theta, str):
-            theta, scores, sigma_factor = self._select_theta(Xj, yj, swj, n_classes, k_sel, rng)
+            theta, scores, sigma_factor, integrate = self._select_theta(Xj, yj, swj, n_classes, k_sel, rng)
             self.theta_grid_scores_ = scores
         else:
             theta = float(self.theta)
@@ -245,6 +279,7 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
             f"larger capacity (e.g. ISBOR(capacity={2 * config.capacity})) or a wider kernel (a smaller theta)")})
         self._store(res)
         self.sigma_factor_ = sigma_factor
+        self.integrate_thresholds_ = integrate
         return self
 
     def _solve(self, X, y, sw, cand, key, theta, min_delta, *, config):
@@ -296,9 +331,10 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         counterpart of PSIS-LOO's elpd per row.  Keeps the widths tried in ``theta_grid_values_``.
 
         Returns:
-            (width, score of each width, factor on sigma): the factor is 1 unless the
-            selection is by CV and ``calibrate_sigma`` holds (:func:`_sigma_factor` on the
-            chosen width's fold fits)."""
+            (width, score of each width, factor on sigma, whether predictions integrate the
+            thresholds' posterior): 1 and True unless the selection is by CV and
+            ``calibrate_sigma`` holds (:func:`_predictive_spread` on the chosen width's fold
+            fits)."""
         grid = self.theta_grid_values_ = self._width_grid(X, sw)
         n = X.shape[0]
         rows = selection_rows(n, self.selection_max_samples, rng, self._subsample_above)
@@ -320,10 +356,10 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
                              final=True)
             scores = np.asarray(fits.log_evidence)
             scores = np.where(np.isfinite(scores), scores, -np.inf)
-            return float(grid[int(np.argmax(scores))]), scores, 1.0
+            return float(grid[int(np.argmax(scores))]), scores, 1.0, True
         if self.theta_selection == "loo":
             scores = self._loo_scores(grid, thetas, X, y, sw, cand, key, config)
-            return float(grid[int(np.argmax(scores))]), scores, 1.0
+            return float(grid[int(np.argmax(scores))]), scores, 1.0, True
         train_masks, fold_of, rows = self._cv_splits(n, np.asarray(y), rng, subsampled)
         weights = jnp.where(jnp.asarray(train_masks), sw[None, :], 0.0)
         y_np, sw_np = np.asarray(y)[rows], np.asarray(sw)[rows]
@@ -352,13 +388,15 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
                 break
         chosen = int(np.nanargmax(scores))
         best = float(grid[chosen])
-        factor = _sigma_factor(fold_fits[chosen], X, y_np, fold_of, rows, sw_np) if self.calibrate_sigma else 1.0
+        factor, integrate = (_predictive_spread(fold_fits[chosen], X, y_np, fold_of, rows, sw_np)
+                             if self.calibrate_sigma else (1.0, True))
         if verbose:
             left = int(np.sum(np.isnan(scores)))
             show(f"width search: theta {best:g} chosen" + (f" ({left} narrower width(s) not tried: "
                                                             f"{CV_PATIENCE} in a row scored below it)" if left else "")
-                 + (f"; sigma x {factor:g} in predictions" if factor != 1.0 else ""))
-        return best, scores, factor
+                 + (f"; sigma x {factor:g} in predictions" if factor != 1.0 else "")
+                 + ("; thresholds at their estimate in predictions" if not integrate else ""))
+        return best, scores, factor, integrate
 
     def _cv_splits(self, n, y, rng, subsampled):
         """The CV folds as (train masks (folds, n), fold of each held-out pair, its row).
@@ -467,7 +505,7 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
                 {"config": dataclasses.asdict(self.result_.config),
                  "theta_grid_scores": None if scores is None else np.asarray(scores).tolist(),
                  "theta_grid_values": None if values is None else np.asarray(values).tolist(),
-                 "sigma_factor": self.sigma_factor_})
+                 "sigma_factor": self.sigma_factor_, "integrate_thresholds": self.integrate_thresholds_})
 
     def _restore(self, arrays, meta):
         config = ISBORConfig(**meta["config"])
@@ -478,6 +516,7 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
                            ("result.thresholds_cov", res.thresholds_cov, (k1, k1)))
         self._store(res)
         self.sigma_factor_ = float(meta.get("sigma_factor", 1.0))  # 1: files from before the factor
+        self.integrate_thresholds_ = bool(meta.get("integrate_thresholds", True))  # and before this choice
         if meta["theta_grid_scores"] is not None:
             self.theta_grid_scores_ = np.asarray(meta["theta_grid_scores"], dtype=float)
             if meta.get("theta_grid_values") is not None:  # files written before it was kept
@@ -499,12 +538,15 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         return diagnostics.to_inference_data(self, X, y, **kwargs)
 
     def _inputs(self, X):
-        """(result, rows) to predict with: the noise scale times ``sigma_factor_``, and the
-        rows standardised here in float64, as in fit (float32 rows of a column with a large
-        mean would lose the digits that vary)."""
+        """(result, rows) to predict with: the noise scale times ``sigma_factor_``, the
+        thresholds at their estimate unless ``integrate_thresholds_``
+        (:func:`fixed_thresholds`), and the rows standardised here in float64, as in fit
+        (float32 rows of a column with a large mean would lose the digits that vary)."""
         check_is_fitted(self, "result_")
         X = self._validate_predict(X)
         res = self.result_._replace(sigma=self.result_.sigma * self.sigma_factor_)
+        if not self.integrate_thresholds_:
+            res = fixed_thresholds(res)
         if res.config.kernel != "precomputed":
             X = (X - res.center) / res.scale
             res = res._replace(center=np.zeros_like(res.center), scale=np.ones_like(res.scale))
@@ -628,15 +670,19 @@ class ISBOR(_SparseBayesOrdinal):
         link: ``"probit"`` (the paper's), ``"logit"``, ``"cloglog"``, ``"loglog"`` or
             ``"cauchit"``.
         learn_noise: learn sigma (else fixed at 1).
-        calibrate_sigma: with the width chosen by CV (the default), also choose a factor
-            ``>= 1`` on sigma for every prediction: the one of ``1, 1.12, ..., 4`` (13 steps,
-            even on a log scale) whose held-out log-loss over the chosen width's fold fits is
-            lowest, kept in ``sigma_factor_``.  The fitted posterior (``sigma_``,
-            ``summary()``, the ArviZ export) is unchanged; the labels are too (the latent
-            mean's interval).  On a few dozen rows the evidence-fitted model is
-            over-confident and this widens its predictive probabilities
-            (``docs/isbor.md``).  False, another ``theta_selection`` or a fixed ``theta``:
-            factor 1.
+        calibrate_sigma: with the width chosen by CV (the default), also choose the
+            predictive's spread on the held-out rows of the chosen width's fold fits: a factor
+            ``>= 1`` on sigma for every prediction, the one of ``1, 1.12, ..., 4`` (13 steps,
+            even on a log scale) of lowest held-out log-loss, kept in ``sigma_factor_``; and
+            whether predictions integrate the thresholds' posterior or take them at their
+            estimate, kept in ``integrate_thresholds_`` (integrated unless the other way's
+            held-out log-loss is lower by more than twice its standard error).  The fitted
+            posterior (``sigma_``, ``summary()``, the ArviZ export) is unchanged; the labels
+            are too (the latent mean's interval).  On a few dozen rows the evidence-fitted
+            model is over-confident and the factor widens its predictive probabilities; on a
+            nearly deterministic rule the thresholds' Gaussian posterior spreads them over
+            classes the data rule out (``docs/isbor.md``).  False, another
+            ``theta_selection`` or a fixed ``theta``: factor 1, thresholds integrated.
         joint_reestimate: each iteration also tries re-estimating every active alpha at once
             and keeps the better of that and the single action (default); False runs
             Algorithm 1 as published, one action per iteration (``docs/isbor.md``).
@@ -662,6 +708,8 @@ class ISBOR(_SparseBayesOrdinal):
         thresholds_: the ordered thresholds.
         sigma_: the noise scale.
         sigma_factor_: the factor on ``sigma_`` in predictions (``calibrate_sigma``; else 1).
+        integrate_thresholds_: whether predictions integrate the thresholds' posterior
+            (``calibrate_sigma``; else True).
         theta_: the kernel width used.
         log_evidence_: Laplace log evidence at the end.
         evidence_trace_: log evidence after each iteration.
