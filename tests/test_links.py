@@ -168,8 +168,8 @@ def test_cumulative_probabilities_that_cross_are_rearranged(link):
         assert np.all(p > 0)
         # The rearrangement of the library's own cumulative probabilities, one threshold at
         # a time (nothing to cross there) ...
-        alone = [float(np.exp(predictive(jnp.asarray([mean]), jnp.asarray([[v]]), 1.0, jnp.asarray([bk]), link)[1][0, 0]))
-                 for bk, v in zip(b, var)]
+        alone = [float(np.exp(predictive(jnp.asarray([mean]), jnp.asarray([[v]]), 1.0, jnp.asarray([bk]),
+                                         link)[1][0, 0])) for bk, v in zip(b, var)]
         np.testing.assert_allclose(p, np.diff(np.r_[0.0, np.sort(alone), 1.0]), rtol=1e-9, atol=1e-15)
         # ... and of the exact ones by adaptive quadrature: exact for the probit, to
         # Gauss-Hermite's accuracy for the quadrature links (the logit's predictive is

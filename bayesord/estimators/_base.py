@@ -55,8 +55,8 @@ from ._formula import (
 
 __all__ = ["BAYES_ONE_CLASS_HINT", "OrdinalEstimator", "SavableMixin", "SnapshotSavableMixin", "binary_columns",
            "class_from_proba", "fit_key", "fit_rng", "fresh_fit", "internal_fits", "marginal_effects_table",
-           "posterior_table", "proba_from_log", "read_model_file", "reset_fitted", "run_folds", "set_input_transform", "solver_tol",
-           "threshold_names", "warn_if_one_class"]
+           "posterior_table", "proba_from_log", "read_model_file", "reset_fitted", "run_folds",
+           "set_input_transform", "solver_tol", "threshold_names", "warn_if_one_class"]
 
 
 class _OnlyWhen:
@@ -598,8 +598,8 @@ def _check_feature_names(given, fitted):
     unknown = [c for c in given if c not in fitted]
     repeated = sorted({c for c in given if given.count(c) > 1})
     if missing or unknown or repeated:
-        parts = ([f"missing {missing}"] if missing else []) + ([f"not fitted on {unknown}"] if unknown else []) \
-            + ([f"repeated {repeated}"] if repeated else [])
+        parts = [f"{what} {names}" for what, names in
+                 (("missing", missing), ("not fitted on", unknown), ("repeated", repeated)) if names]
         raise ValueError(f"X has different feature names than the data the model was fitted on: "
                          f"{'; '.join(parts)}")
     raise ValueError(f"X has the fitted feature names in another order; select them in the fitted "

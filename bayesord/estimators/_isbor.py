@@ -157,9 +157,8 @@ def _predictive_spread(fits, X, y_held, fold_of, rows, sw_held):
             variants = [res._replace(sigma=res.sigma * factor) for res in fits]
             if not integrate:
                 variants = [fixed_thresholds(res) for res in variants]
-            proba = np.stack([np.asarray(predict_isbor(res, X).proba, dtype=np.float64) for res in variants])
-            held = proba[fold_of, rows][np.arange(y_held.size), y_held]
-            loss = -np.log(np.maximum(held, np.finfo(np.float64).tiny))
+            log_p = np.stack([np.asarray(predict_isbor(res, X).log_proba, dtype=np.float64) for res in variants])
+            loss = -log_p[fold_of, rows][np.arange(y_held.size), y_held]
             mean = np.average(loss, weights=w)
             if integrate not in best or mean < best[integrate][0]:
                 best[integrate] = (mean, factor, loss)
