@@ -439,7 +439,7 @@ def _fit_formula(args) -> int:
         warnings.simplefilter("always")
         model = cls.from_formula(args.formula, frame, **extra, **standardize, **params)
     if args.progress:
-        _progress.show(_fitted_line(name, time.perf_counter() - t0, compiling), final=True)
+        _progress.show(_fitted_line(name, time.perf_counter() - t0, compiling, _solver_lines(model)), final=True)
     for w in dict.fromkeys(str(w.message) for w in caught):
         _warning_line("fit", w)
     if args.calibrate is not None:
@@ -561,18 +561,27 @@ def _calibrate(model, raw, y, calibration, args):
           f"on {how} (predict --set ALPHA)")
 
 
-def _fitted_line(name, seconds, made):
+def _fitted_line(name, seconds, made, solver_lines=False):
     """The progress line that ends a fit: its time, and how much of it JAX spent compiling
-    programs (a first run of these shapes) or reading them from the on-disk cache."""
+    programs (a first run of these shapes; every run for a solver compiled with its
+    per-iteration line, ``solver_lines``) or reading them from the on-disk cache."""
     line = f"fit: {name} fitted in {seconds:.1f} s"
     compiled = made["compiling"] - made["loading"]
     if compiled >= 0.5:
-        later = ("later runs of these shapes read the programs from the cache" if cache_dir()
+        later = ("the solver with its line at every iteration (verbose=2) is compiled in every run"
+                 if solver_lines else "later runs of these shapes read the programs from the cache" if cache_dir()
                  else "the on-disk cache is off: every run compiles")
         return f"{line}, {min(compiled, seconds):.1f} s of it compiling ({later})"
     if made["loading"] >= 0.3:
         return f"{line}, {made['loading']:.1f} s of it reading compiled programs from the cache"
     return line
+
+
+def _solver_lines(model):
+    """Whether ``model`` reports every iteration from inside its compiled solver."""
+    from ._progress import solver_progress
+
+    return "verbose" in model.get_params() and solver_progress(model.get_params()["verbose"])
 
 
 def _fit_reporting(model, frame, y, classes, unlabeled, args):
@@ -591,7 +600,7 @@ def _fit_reporting(model, frame, y, classes, unlabeled, args):
         warnings.simplefilter("always")
         model.fit(frame, y, classes=classes, **extra)
     if args.progress:
-        _progress.show(_fitted_line(name, time.perf_counter() - t0, compiling), final=True)
+        _progress.show(_fitted_line(name, time.perf_counter() - t0, compiling, _solver_lines(model)), final=True)
     unconverged = [str(w.message) for w in caught if issubclass(w.category, ConvergenceWarning)]
     for w in caught:
         if not issubclass(w.category, ConvergenceWarning):

@@ -245,6 +245,8 @@ def test_the_fit_line_says_how_much_was_compiling(monkeypatch):
     assert _fitted_line("M", 0.6, {"compiling": 0.35, "loading": 0.31}) == (
         "fit: M fitted in 0.6 s, 0.3 s of it reading compiled programs from the cache")
     assert _fitted_line("M", 0.1, {"compiling": 0.05, "loading": 0.0}) == "fit: M fitted in 0.1 s"
+    assert _fitted_line("M", 2.5, {"compiling": 2.3, "loading": 0.0}, solver_lines=True).endswith(
+        "2.3 s of it compiling (the solver with its line at every iteration (verbose=2) is compiled in every run)")
     monkeypatch.setattr(cli, "cache_dir", lambda: None)
     assert _fitted_line("M", 2.5, {"compiling": 2.3, "loading": 0.0}).endswith(
         "2.3 s of it compiling (the on-disk cache is off: every run compiles)")
