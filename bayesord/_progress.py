@@ -34,7 +34,7 @@ import numpy as np
 from jax import custom_batching
 
 __all__ = ["MIN_INTERVAL", "SOLVER_LEVEL", "batch_label", "check_verbose", "emit", "finish", "prefix", "show",
-           "solver_progress"]
+           "host_progress", "solver_progress"]
 
 MIN_INTERVAL = 0.2
 """Seconds between two non-final updates (0 writes every update; tests use 0)."""
@@ -162,3 +162,9 @@ def solver_progress(value) -> bool:
     """Whether a fit at ``verbose=value`` compiles its solver's per-iteration line
     (``config.progress``): level :data:`SOLVER_LEVEL` and up."""
     return check_verbose(value) >= SOLVER_LEVEL
+
+
+def host_progress(value) -> bool:
+    """Whether a fit at ``verbose=value`` writes its solves' final lines from their results
+    (level 1; from :data:`SOLVER_LEVEL` on the solver writes them itself)."""
+    return 0 < check_verbose(value) < SOLVER_LEVEL

@@ -226,7 +226,7 @@ def done_line(res) -> str:
     (converged)``."""
     n_ret = int(res.n_retrains)
     objective = np.asarray(res.objective_trace)[n_ret - 1] if n_ret else np.nan
-    values = {"stage": res.n_stages, "n_stages": res.n_stages, "started": True, "c2": np.nan, "n_ret": n_ret,
+    values = {"stage": res.n_stages, "n_stages": res.n_stages, "started": True, "n_ret": n_ret,
               "n_swaps": res.n_swaps, "objective": objective, "converged": res.converged}
     return _progress_line({k: np.atleast_1d(np.asarray(v)) for k, v in values.items()})
 

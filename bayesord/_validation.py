@@ -421,9 +421,16 @@ def encode_labels(y, classes: Sequence[Any] | None = None, n: int | None = None)
         if all(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) for v in arr):
             return encode_labels(arr.astype(np.float64), None, n)
     raise ValueError(
-        f"labels of dtype {arr.dtype} have no natural order; pass classes=[...] listing them "
-        "from lowest to highest (string labels are never sorted alphabetically)"
+        f"labels of dtype {arr.dtype} ({shown_labels(arr)}) have no natural order; pass classes=[...] "
+        "listing them from lowest to highest (string labels are never sorted alphabetically)"
     )
+
+
+def shown_labels(values, limit: int = 10) -> str:
+    """The distinct labels of ``values`` for an error message: ``"high, low, mid"``, at most
+    ``limit`` of them (then ``", ..."``), sorted as text only to be listed."""
+    seen = sorted({str(v) for v in np.asarray(values, dtype=object).ravel().tolist()})
+    return ", ".join(seen[:limit]) + (", ..." if len(seen) > limit else "")
 
 
 def encode_known_labels(values, classes: Sequence[Any], what: str = "y"):

@@ -206,10 +206,10 @@ def _parse_classes(text, y, target):
     y = np.asarray(y)
     if text is None:
         if y.dtype.kind not in "iufb":
-            seen = sorted({str(v) for v in y.tolist()})
-            shown = ", ".join(seen[:10]) + (", ..." if len(seen) > 10 else "")
-            raise ValueError(f"the labels in column {target!r} are text ({shown}), which have no order of "
-                             "their own: list them with --classes, comma-separated from lowest to highest")
+            from ._validation import shown_labels
+
+            raise ValueError(f"the labels in column {target!r} are text ({shown_labels(y)}), which have no "
+                             "order of their own: list them with --classes, comma-separated from lowest to highest")
         return None
     classes = [c.strip() for c in text.split(",")]
     if y.dtype.kind not in "iuf":
@@ -581,7 +581,7 @@ def _solver_lines(model):
     """Whether ``model`` reports every iteration from inside its compiled solver."""
     from ._progress import solver_progress
 
-    return "verbose" in model.get_params() and solver_progress(model.get_params()["verbose"])
+    return solver_progress(getattr(model, "verbose", 0))
 
 
 def _fit_reporting(model, frame, y, classes, unlabeled, args):

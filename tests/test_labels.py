@@ -90,3 +90,11 @@ def test_numeric_labels_without_classes_are_their_sorted_distinct_values(values,
     np.testing.assert_array_equal(classes, np.unique(y))
     assert classes.dtype == y.dtype and codes.dtype == np.int32
     np.testing.assert_array_equal(classes[codes], y)
+
+
+def test_text_labels_without_an_order_are_listed_in_the_error():
+    with pytest.raises(ValueError, match=r"\(high, low, mid\) have no natural order; pass classes=\[\.\.\.\]"):
+        encode_labels(np.array(["low", "high", "mid", "low"]))
+    many = np.array([f"g{i:02d}" for i in range(12)])
+    with pytest.raises(ValueError, match=r"\(g00, g01, .*, g09, \.\.\.\) have no natural order"):
+        encode_labels(many)

@@ -27,7 +27,7 @@ from .._isbor import (
     sample_class_probs_isbor,
     weight_cov,
 )
-from .._progress import check_verbose, prefix, show, solver_progress
+from .._progress import check_verbose, host_progress, prefix, show, solver_progress
 from .._shapes import bucket_rows, pad_rows
 from .._status import Status, check_status, warn_user
 from ._base import (
@@ -292,7 +292,7 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
             return self._solver(X, y, sw, cand, key, theta, min_delta, config=config)
         program = stored_fit_program(self._solver, X.shape[0], ("config",), ISBORResult, compile="optimised")
         res = program(*(np.asarray(a) for a in (X, y, sw, cand, key)), theta, min_delta, config=config)
-        if check_verbose(self.verbose):
+        if host_progress(self.verbose):
             show(done_line(self._solver_name, res), final=True)
         return res
 
@@ -349,7 +349,7 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         if self.theta_selection == "evidence":
             with prefix(f"theta grid by evidence ({grid.size} widths)"):
                 fits = _fit_widths(thetas, X, y, sw, cand, key, self.min_delta, solver=self._solver, config=config)
-                if check_verbose(self.verbose) and not config.progress:
+                if host_progress(self.verbose):
                     for i in range(grid.size):
                         show(done_line(self._solver_name, jax.tree_util.tree_map(lambda a, i=i: a[i], fits)),
                              final=True)

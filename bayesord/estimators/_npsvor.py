@@ -11,7 +11,7 @@ from sklearn.base import clone
 from sklearn.utils.validation import check_is_fitted
 
 from .._npsvor import SOLVERS, NPSVORConfig, NPSVORResult, cv_npsvor, done_line, fit_npsvor, predict_npsvor
-from .._progress import check_verbose, prefix, show, solver_progress
+from .._progress import host_progress, prefix, show, solver_progress
 from .._sparse import to_padded_rows
 from .._status import check_status
 from .._validation import float_dtype
@@ -193,7 +193,7 @@ class NPSVOR(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
                                 sample_weight=weights, predictor=self.predictor,
                                 seed=int(rs.randint(2**31 - 1)))
             check_status(np.asarray(cvr.fits.status), "NPSVOR cross-validation")
-            if check_verbose(self.verbose) and not config.progress:
+            if host_progress(self.verbose):
                 for i, c in enumerate(cvr.Cs):
                     show(f"{int(self.cv)}-fold CV C={c:g} ({i + 1}/{cvr.Cs.size}): MAE {cvr.mean_mae[i]:.4f}  "
                          + done_line(jax.tree_util.tree_map(lambda a, i=i: a[i], cvr.fits)), final=True)
@@ -201,7 +201,7 @@ class NPSVOR(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
                                 "fold_mae": cvr.fold_mae}
             C1 = C2 = cvr.best_C
         res = fit_npsvor(E, codes, p, C1, C2, eps, tol, key, config, sample_weight=weights)
-        if check_verbose(self.verbose) and not config.progress:
+        if host_progress(self.verbose):
             show(done_line(res), final=True)
         self._adopt(res, C1, C2)
         return self

@@ -16,7 +16,7 @@ import scipy.sparse as sp
 
 from .._basis import KernelMap, check_gamma, fit_kernel_map, resolve_gamma, transform_kernel_map
 from .._redsvm import KERNELS, LOSSES, RedSVMConfig, RedSVMResult, fit_redsvm, threshold_prediction
-from .._progress import check_verbose, show, solver_progress
+from .._progress import check_verbose, host_progress, show, solver_progress
 from .._sparse import as_rows
 from .._status import check_status, warn_user
 from .._tor import TORConfig, TORResult, done_line, fit_tor
@@ -370,7 +370,7 @@ class TransductiveOrdinalRegression(_RedSVMBase):
         res = fit_tor(Z, codes_all, unl, config, C1=self.C, c2_init=self.c2_init,
                       c2_growth=self.c2_growth, weight=weight, tol=self.tol, key=k_fit,
                       class_ratios=ratios)
-        if check_verbose(self.verbose) and not config.progress:
+        if host_progress(self.verbose):
             show(done_line(res), final=True)
         check_status(res.status, "TransductiveOrdinalRegression")
         self.result_ = res
