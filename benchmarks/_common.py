@@ -31,6 +31,21 @@ def time_call(fn, repeats=3):
     return statistics.median(times), out
 
 
+def time_alternating(fns, repeats=3):
+    """Median wall times of each of ``fns`` over ``repeats`` rounds that call them in turn
+    (results blocked until ready): a ratio of two of them is then not tilted by the machine
+    warming up or slowing down between one's calls and the other's."""
+    import jax
+
+    times = [[] for _ in fns]
+    for _ in range(repeats):
+        for fn, spent in zip(fns, times):
+            t0 = time.perf_counter()
+            jax.block_until_ready(fn())
+            spent.append(time.perf_counter() - t0)
+    return [statistics.median(t) for t in times]
+
+
 def machine():
     return {"platform": platform.platform(), "python": platform.python_version(),
             "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}

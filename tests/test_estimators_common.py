@@ -171,6 +171,36 @@ class _Stub:
         return np.where(X[:, 0] > 0, 2, 1)
 
 
+class _CountingStub(_Stub):
+    """Predicts as :class:`_Stub` and records how many rows each call asked for."""
+
+    def __init__(self):
+        self.asked = []
+
+    def predict(self, X):
+        self.asked.append(np.asarray(X).shape[0])
+        return super().predict(X)
+
+
+@pytest.mark.parametrize("positive, asked, warns", [
+    (np.arange(0, 1000, 4), [256], False),   # spaced rows see both classes: one look, no labels
+    ([1], [256, 256], False),                 # only the classes-in-turn look finds row 1's class
+    ([], [256, 256, 1000], True),             # one class everywhere: every row predicted
+])
+def test_the_one_class_check_on_many_rows_looks_at_spaced_rows_first(positive, asked, warns):
+    X = -np.ones((1000, 1))
+    X[positive, 0] = 1.0
+    y = np.zeros(1000, dtype=int)
+    y[1] = 2
+    y[500:] = 1
+    stub = _CountingStub()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warn_if_one_class(stub, {"X": X, "y": y})
+    assert stub.asked == asked
+    assert [issubclass(w.category, OneClassWarning) for w in caught] == ([True] if warns else [])
+
+
 @pytest.mark.parametrize("args, warns", [
     ({"y": [1, 1, 2, 0]}, False),                                   # two classes predicted
     ({"y": [1, 1, 2, 0], "sample_weight": [1, 1, 0, 1]}, True),     # the 2 has no weight

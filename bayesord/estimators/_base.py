@@ -805,9 +805,12 @@ def warn_if_one_class(est, fit_args) -> None:
     ``fit_args`` are the arguments ``fit`` was called with (``X``, ``y`` and, where the
     estimator has them, ``sample_weight``, ``groups``, ``unlabeled_mask``).
 
-    The first look predicts :data:`_ONE_CLASS_SAMPLE` rows (all of them when there are
-    fewer), taken from the classes in turn, so that its program is small and of one size for
-    every data set; only when those all land in one class are the other rows predicted too.
+    Its looks predict :data:`_ONE_CLASS_SAMPLE` rows (all of them when there are fewer), so
+    that their program is small and of one size for every data set.  The first takes rows
+    evenly spaced through the data and needs no labels: two predicted classes there end the
+    check (the usual case, about 2 ms after a fit).  Only when they hold one class are the
+    labels read, rows taken from the classes in turn, and then, if those too land in one
+    class, every row predicted.
     """
     X, y = fit_args["X"], fit_args["y"]
     # Rows as fit took them: a frame stays a frame (a formula model reads its columns), any
@@ -820,10 +823,6 @@ def warn_if_one_class(est, fit_args) -> None:
     if fit_args.get("unlabeled_mask") is not None:
         keep &= ~np.asarray(fit_args["unlabeled_mask"], dtype=bool)
     rows = np.flatnonzero(keep)
-    codes = encode_known_labels(_labels_1d(y, n)[rows], est.classes_)[0]
-    n_present = np.count_nonzero(np.bincount(codes, minlength=len(est.classes_)))
-    if n_present < 2:
-        return
 
     def predicted(idx):
         part = X.iloc[idx] if hasattr(X, "iloc") else X[idx]
@@ -831,6 +830,14 @@ def warn_if_one_class(est, fit_args) -> None:
             return np.asarray(est.predict(part, np.asarray(fit_args["groups"])[idx]))
         return np.asarray(est.predict(part))
 
+    if rows.size > _ONE_CLASS_SAMPLE:
+        spaced = np.unique(np.linspace(0, rows.size - 1, _ONE_CLASS_SAMPLE).round().astype(np.int64))
+        if np.unique(predicted(rows[spaced])).size > 1:
+            return
+    codes = encode_known_labels(_labels_1d(y, n)[rows], est.classes_)[0]
+    n_present = np.count_nonzero(np.bincount(codes, minlength=len(est.classes_)))
+    if n_present < 2:
+        return
     first = rows_in_turn(codes, len(est.classes_), _ONE_CLASS_SAMPLE)
     pred = predicted(rows[first])
     if np.unique(pred).size == 1 and first.size < rows.size:

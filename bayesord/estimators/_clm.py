@@ -297,8 +297,7 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         X, codes, sw = self._train
         dtype = float_dtype()
         n = X.shape[0]
-        A, c, w = pad_rows(bucket_rows(n), X.astype(dtype, copy=False), codes,
-                           sw.astype(dtype, copy=False))
+        A, c, w = pad_rows(bucket_rows(n), X, codes, sw, dtype=dtype)
         res = _fit_program(A.shape[0])(A, c, w, solver_tol(self.tol, dtype), columns, config=config)
         return jax.tree_util.tree_map(np.asarray, res)
 

@@ -311,8 +311,7 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
                               factors)
         n = X.shape[0]
         g = np.column_stack(g) if several else g[0]
-        X, codes, g, sw = pad_rows(bucket_rows(n), X.astype(dtype, copy=False), codes, g,
-                                   sw.astype(dtype, copy=False))
+        X, codes, g, sw = pad_rows(bucket_rows(n), X, codes, g, sw, dtype=dtype)
         res = _fit_program(X.shape[0])(X, codes, g, sw, solver_tol(self.tol, dtype), config=config)
         check_status(res.status, "OrdinalMixed.fit")
         return self._finish_fit(jax.tree_util.tree_map(np.asarray, res), levels if several else levels[0],

@@ -184,7 +184,7 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         alpha = self._alpha(X.shape[1])
         dtype = float_dtype()
         # Rows of weight zero up to a bucket size: fits of nearby sizes share one program.
-        rows = pad_rows(bucket_rows(X.shape[0]), X.astype(dtype, copy=False), codes, sw.astype(dtype, copy=False))
+        rows = pad_rows(bucket_rows(X.shape[0]), X, codes, sw, dtype=dtype)
         res = _fit_program(rows[0].shape[0])(*rows, alpha.astype(dtype), solver_tol(self.tol, dtype),
                                              config=self._config(), n_classes=len(self.classes_))
         self._adopt(jax.tree_util.tree_map(np.asarray, res), X, sw, alpha)
@@ -217,7 +217,7 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         alpha = template._alpha(X.shape[1])
         dtype = float_dtype()
         n = X.shape[0]
-        X_pad, codes_pad = pad_rows(bucket_rows(n), X.astype(dtype, copy=False), codes)
+        X_pad, codes_pad = pad_rows(bucket_rows(n), X, codes, dtype=dtype)
         w_pad = np.zeros((weights.shape[0], X_pad.shape[0]), dtype)
         w_pad[:, :n] = weights
         program = stored_fit_program(fit_probit_weights, X_pad.shape[0], ("config", "n_classes"), ProbitResult,
@@ -258,7 +258,7 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         X = self._validate_predict(X)
         res = jax.tree_util.tree_map(lambda a: np.asarray(a, float_dtype()), self.result_)
         n = X.shape[0]
-        (X,) = pad_rows(bucket_rows(n), X.astype(float_dtype(), copy=False))
+        (X,) = pad_rows(bucket_rows(n), X, dtype=float_dtype())
         return jax.tree_util.tree_map(lambda a: np.asarray(a)[:n], _predict_program(X.shape[0])(res, X))
 
     def predict_proba(self, X):
