@@ -1,4 +1,5 @@
-"""Formulas with ``.``: every column but the response, as in R (``y ~ .``)."""
+"""Formulas: ``.`` as every column but the response, as in R (``y ~ .``), and rows with
+missing values, which a formula model refuses instead of dropping."""
 
 from __future__ import annotations
 
@@ -91,3 +92,22 @@ def test_command_line_formula_fits_any_model_but_tor(frame, tmp_path, capsys):
     assert main(["fit", str(train), "--formula", "y ~ dose", "--model", "npsvor", "--nominal", "~ site",
                  "--out", str(tmp_path / "n.npz")]) == 2
     assert "belong to the probit family" in capsys.readouterr().err
+
+
+def test_missing_values_in_a_coded_column_are_refused_not_dropped(frame, tmp_path):
+    """formulaic drops rows with missing values by default: the fit then failed with "X and y
+    have different lengths", and predict returned fewer predictions than rows, unaligned."""
+    holes = frame.copy()
+    holes.loc[[7, 20], "dose"] = np.nan
+    holes["note"] = np.where(np.arange(len(frame)) % 2, "x", None)  # not in the formula
+    with pytest.raises(ValueError, match=r"column 'dose' has missing values \(first rows, 0-based: \[7, 20\]\)"):
+        OrdinalProbit.from_formula("y ~ dose + site", holes)
+    with pytest.raises(ValueError, match=r"the formula's term 'np.log\(dose\)' has missing values"):
+        OrdinalProbit.from_formula("y ~ np.log(dose) + site", holes)
+    model = OrdinalProbit.from_formula("y ~ dose + ph + site", holes.drop(index=[7, 20]))
+    assert model.n_features_in_ == 4  # the column outside the formula is not read
+    model.save(tmp_path / "m.npz")
+    for fitted in (model, load_model(tmp_path / "m.npz")):
+        with pytest.raises(ValueError, match=r"column 'dose' has missing values \(first rows, 0-based: \[2\]\)"):
+            fitted.predict(holes.iloc[5:10])
+        assert fitted.predict(holes.iloc[8:12]).shape == (4,)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 import warnings
 
+import numpy as np
+
 __all__ = ["SavedCoding", "check_formula_data", "coding_state", "design_matrix", "formula_rows",
            "group_columns", "has_group_term", "slope_columns", "split_formula"]
 
@@ -117,9 +119,11 @@ def slope_columns(formula, slope_terms, data, fixed_columns):
     from formulaic.errors import FactorEvaluationError
 
     try:
-        columns = [c for c in model_matrix(slope_terms, data).columns if c != "Intercept"]
+        columns = [c for c in model_matrix(slope_terms, data, na_action="raise").columns if c != "Intercept"]
     except FactorEvaluationError as err:
         raise ValueError(f"the formula's group term names something the data does not have: {err}") from None
+    except ValueError as err:
+        _refuse_missing(err, data)
     missing = [c for c in columns if c not in fixed_columns]
     if missing:
         raise ValueError(f"formula {formula!r}: the random slopes {missing} need the same terms among the "
@@ -181,18 +185,41 @@ class SavedCoding:
                 raise ValueError(f"the data have a category the model was not fitted with (column {name!r}: "
                                  f"{unseen[:5]}; fitted levels {levels})")
             data[name] = pd.Categorical(data[name], categories=levels)
-        mm = model_matrix(self.formula, data)
+        mm = model_matrix(self.formula, data, na_action="raise")
         if list(mm.columns) != self.columns:
             raise ValueError(f"the saved formula {self.formula!r} codes these data into columns "
                              f"{list(mm.columns)}, not the fitted {self.columns}")
         return mm
 
 
+# formulaic's message for a term with missing values (its na_action="raise").
+_NULLS = re.compile(r"`([^`]+)` contains null values")
+
+
+def _refuse_missing(err, data):
+    """Re-raise formulaic's ``err`` as it is, or, when it is about missing values, as the
+    command line words them: the column and its first rows.  A formula model never drops
+    rows (formulaic's default would, leaving ``X`` shorter than ``y`` in ``fit`` and fewer
+    predictions than rows in ``predict``)."""
+    match = _NULLS.search(str(err))
+    if match is None:
+        raise err
+    term = match.group(1)
+    if term in data.columns:
+        rows = np.flatnonzero(data[term].isna().to_numpy())
+        where = f"column {term!r} has missing values (first rows, 0-based: {rows[:5].tolist()})"
+    else:
+        where = f"the formula's term {term!r} has missing values"
+    raise ValueError(f"{where}; drop or impute them explicitly: a formula model codes every row it is "
+                     "given and drops none") from None
+
+
 def design_matrix(spec_or_formula, data):
     """The fixed-effects design matrix (a DataFrame without the intercept) and its spec.
 
     Raises ValueError for a formula naming a column that ``data`` lacks, a category the fit
-    has not seen, or a formula without the intercept (the thresholds take its place).
+    has not seen, missing values in a column it codes, or a formula without the intercept
+    (the thresholds take its place).
     """
     from formulaic import ModelSpec, model_matrix
     from formulaic.errors import FactorEvaluationError
@@ -203,11 +230,13 @@ def design_matrix(spec_or_formula, data):
             if isinstance(spec_or_formula, SavedCoding):
                 mm = spec_or_formula.model_matrix(data)
             elif isinstance(spec_or_formula, ModelSpec):
-                mm = spec_or_formula.get_model_matrix(data)
+                mm = spec_or_formula.get_model_matrix(data, na_action="raise")
             else:
-                mm = model_matrix(spec_or_formula, data)
+                mm = model_matrix(spec_or_formula, data, na_action="raise")
     except FactorEvaluationError as err:
         raise ValueError(f"the formula names something the data does not have: {err}") from None
+    except ValueError as err:
+        _refuse_missing(err, data)
     except Warning as err:
         raise ValueError(f"the data have a category the model was not fitted with ({err})") from None
     if "Intercept" not in mm.columns:
