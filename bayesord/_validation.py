@@ -112,6 +112,8 @@ def check_X(X, *, name: str = "X", accept_sparse: bool = False, n_features: int 
             try:
                 arr = arr.astype(np.float64)
             except (TypeError, ValueError) as err:
+                if hasattr(X, "isna") and X.isna().to_numpy().any():  # pd.NA in a nullable column
+                    raise ValueError(_missing_cells_message(X.isna().to_numpy(), names, name)) from None
                 raise TypeError(_non_numeric_message(X, name, err)) from err
         if arr.dtype.kind == "c":
             raise ValueError(f"Complex data not supported: {name} has dtype {arr.dtype}")
@@ -126,14 +128,24 @@ def check_X(X, *, name: str = "X", accept_sparse: bool = False, n_features: int 
         _check_not_empty(arr.shape, name, min_features)
         X = arr.astype(np.float64, copy=False)
         if not np.all(np.isfinite(X)):
-            bad = int(np.sum(~np.isfinite(X)))
-            raise ValueError(f"{name} contains {bad} NaN or infinite value(s)")
+            raise ValueError(_missing_cells_message(~np.isfinite(X), names, name, "NaN or infinite"))
     if n_features is not None and X.shape[1] != n_features:
         raise ValueError(
             f"{name} has {X.shape[1]} features, but {model} is expecting {n_features} features "
             "as input (the number it was fitted with)"
         )
     return X, names
+
+
+def _missing_cells_message(bad, names, name, what="missing"):
+    """What a matrix with ``bad`` cells (a boolean (n, d) mask) is told: how many, in which
+    columns (by name for a DataFrame), and the first rows."""
+    cols = np.flatnonzero(bad.any(axis=0))
+    shown = [str(names[j]) if names is not None else int(j) for j in cols[:5]]
+    rows = np.flatnonzero(bad.any(axis=1))[:5].tolist()
+    more = f" and {cols.size - 5} more" if cols.size > 5 else ""
+    return (f"{name} contains {int(bad.sum())} {what} value(s), in column(s) {shown}{more} (first rows, "
+            f"0-based: {rows}); drop or impute them explicitly")
 
 
 def non_numeric_columns(frame) -> list[str]:

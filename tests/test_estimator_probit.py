@@ -110,6 +110,25 @@ def test_bad_input_raises_a_clear_error_and_leaves_no_fitted_state(X, y, match):
     assert not hasattr(model, "coef_") and not hasattr(model, "classes_")
 
 
+def test_missing_cells_of_a_frame_are_named_by_column_and_row():
+    """pandas' nullable columns hold pd.NA, which made the message 'X must be numeric;
+    column(s)  hold text or categories' (no column: they are numeric)."""
+    frame = pd.DataFrame({"dose": pd.array(np.arange(120) % 7, dtype="Int64"), "ph": X0[:, 1],
+                          "flag": pd.array(X0[:, 2] > 0, dtype="boolean")})
+    holes = frame.copy()
+    holes.loc[[4, 9], "dose"] = pd.NA
+    with pytest.raises(ValueError, match=r"X contains 2 missing value\(s\), in column\(s\) \['dose'\] "
+                                         r"\(first rows, 0-based: \[4, 9\]\)"):
+        joint().fit(holes, Y0)
+    nan = frame.astype({"dose": float})
+    nan.loc[[2], "ph"] = np.nan
+    nan.loc[[7], "dose"] = np.inf
+    with pytest.raises(ValueError, match=r"X contains 2 NaN or infinite value\(s\), in column\(s\) "
+                                         r"\['dose', 'ph'\] \(first rows, 0-based: \[2, 7\]\)"):
+        joint().fit(nan, Y0)
+    assert joint().fit(frame, Y0).coef_.shape == (3,)  # the nullable dtypes themselves are fine
+
+
 def test_more_than_1000_distinct_labels_need_classes():
     X = np.random.default_rng(0).normal(size=(1200, 2))
     with pytest.raises(ValueError, match="1000"):
