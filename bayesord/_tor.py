@@ -258,9 +258,16 @@ def _fit_tor_impl(X, codes, unlabeled, weight, C1, c2_init, c2_growth, tol, key,
         stage_open=jnp.zeros((), bool), prev_swapped=jnp.asarray(jnp.inf, dtype),
     )
 
+    def first_solve_failed(st):
+        # Algorithm 2's solve on the labeled rows stopped at its cap: its pseudo-labels are
+        # not a fit's, and every retraining from it would run to the cap as well (on raw
+        # columns far apart in scale, minutes each), so the transduction is not started.
+        return st["started"] & (st["n_ret"] == 0) & ~st["all_conv"]
+
     def cond(st):
         more_stages = (st["c2"] < C1) & (st["stage"] < config.max_stages)
-        return (~st["started"] | (more_stages & (st["n_ret"] < cap))) & ~st["bad"]
+        go_on = more_stages & (st["n_ret"] < cap) & ~first_solve_failed(st)
+        return (~st["started"] | go_on) & ~st["bad"]
 
     def report(st, final=False, **extra):
         # stages of the schedule: C2 = c2_init * c2_growth**s for every s with C2 < C1
@@ -316,7 +323,8 @@ def _fit_tor_impl(X, codes, unlabeled, weight, C1, c2_init, c2_growth, tol, key,
     st = lax.while_loop(cond, body, init)
     finished = ~(st["c2"] < C1)
     status = final_status(st["all_conv"], finite=~st["bad"],
-                          failure=jnp.where(finished, Status.SUCCESS, Status.CAPACITY_REACHED))
+                          failure=jnp.where(finished | first_solve_failed(st), Status.SUCCESS,
+                                            Status.CAPACITY_REACHED))
     if config.progress:
         report(st, final=True, converged=finished & st["all_conv"] & ~st["bad"])
     return TORResult(
@@ -354,7 +362,10 @@ def fit_tor(X, codes, unlabeled, config: TORConfig, *, C1=1.0, c2_init=1e-5, c2_
 
     Returns:
         :class:`TORResult`.  The caller validates the schedule (``0 < c2_init``,
-        ``c2_growth > 1``) and the ratios; the estimator does this.
+        ``c2_growth > 1``) and the ratios; the estimator does this.  When the first solve,
+        on the labeled rows (Algorithm 2), stops at its epoch cap, no retraining follows:
+        the result is that solve's model and pseudo-labels, ``n_retrains`` 0 and status
+        ``MAX_ITER``.
     """
     if not isinstance(X, PaddedRows):
         X = jnp.asarray(X)

@@ -325,3 +325,24 @@ def test_estimator_bad_input():
         RedSVM(kernel="rbf").fit(sp.csr_matrix(X), y)
     with pytest.raises(ValueError, match="no natural order"):
         RedSVM().fit(X, np.array(["a", "b", "c", "d"])[y])
+
+
+def test_a_fit_at_its_iteration_cap_names_columns_far_apart_in_scale():
+    """RedSVM on a raw income beside an age stopped at its cap with near-uniform calibrated
+    probabilities; the sd ratio (840) was below ColumnScaleWarning's 1,000, and the warning
+    said nothing of the columns."""
+    import pandas as pd
+    from sklearn.exceptions import ConvergenceWarning
+
+    rng = np.random.default_rng(2)
+    z = rng.normal(size=(200, 2))
+    y = np.digitize(z[:, 0] + 0.5 * z[:, 1] + 0.5 * rng.normal(size=200), [-0.7, 0.7])
+    raw = pd.DataFrame({"income": 5e4 + 1.5e4 * z[:, 0], "age": 45 + 18 * z[:, 1]})
+    with pytest.warns(ConvergenceWarning, match=r"status MAX_ITER\); column sds differ by a factor of "
+                                                r"7.9e\+02 \('age' 18.6, 'income' 1.46e\+04\): "
+                                                r"standardise the columns .* then if need be a larger max_iter"):
+        RedSVM(max_iter=2, tol=1e-12).fit(raw, y)
+    with pytest.warns(ConvergenceWarning) as caught:
+        RedSVM(max_iter=2, tol=1e-12).fit(z, y)
+    message = str(caught[0].message)
+    assert message.endswith("(status MAX_ITER); try a larger max_iter"), message

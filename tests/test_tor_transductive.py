@@ -7,6 +7,7 @@ import pytest
 import scipy.sparse as sp
 
 from bayesord._sparse import to_padded_rows
+from bayesord._status import Status
 from bayesord._tor import TORConfig, _swap_round, fit_tor, init_pseudo_labels
 from bayesord.datasets import make_tor_synthetic
 from bayesord.estimators._tor import RedSVM, TransductiveOrdinalRegression
@@ -152,6 +153,21 @@ def test_transduction_does_not_hurt_on_clustered_synthetic():
     err_tor = np.mean(np.asarray(res.labels)[unl] != y[unl] - 1)
     err_init = np.mean(np.asarray(res.init_labels)[unl] != y[unl] - 1)
     assert int(res.n_swaps) > 0 and err_tor <= err_init
+
+
+def test_a_first_solve_stopped_at_its_cap_ends_the_fit_with_its_model():
+    """Every retraining from a start that did not converge ran to the cap too (minutes on
+    raw columns far apart in scale): the fit stops after Algorithm 2's solve instead."""
+    X, y = blobs(3)
+    unl = np.arange(90) >= 30
+    codes = np.where(unl, 0, y)
+    capped = fit_tor(jnp.asarray(X), codes, unl, TORConfig(3, max_epochs=1), C1=10.0, tol=1e-12)
+    assert int(capped.n_retrains) == 0 and int(capped.status) == int(Status.MAX_ITER)
+    assert not bool(capped.converged)
+    np.testing.assert_array_equal(capped.labels, capped.init_labels)
+    np.testing.assert_array_equal(capped.w, capped.init_w)
+    full = fit_tor(jnp.asarray(X), codes, unl, TORConfig(3), C1=10.0, tol=1e-4)
+    assert int(full.n_retrains) > 0 and int(full.status) == int(Status.SUCCESS)
 
 
 # ----------------------------------------------------------------- estimator

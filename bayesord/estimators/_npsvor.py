@@ -23,6 +23,7 @@ from ._base import (
     fit_key,
     fit_rng,
     fresh_fit,
+    iteration_cap_hints,
 )
 from ._proba_layer import ProbaLayerMixin
 
@@ -192,7 +193,8 @@ class NPSVOR(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
                 cvr = cv_npsvor(E, codes, p, Cs, int(self.cv), eps, tol, key, config,
                                 sample_weight=weights, predictor=self.predictor,
                                 seed=int(rs.randint(2**31 - 1)))
-            check_status(np.asarray(cvr.fits.status), "NPSVOR cross-validation")
+            check_status(np.asarray(cvr.fits.status), "NPSVOR cross-validation",
+                         iteration_cap_hints(self, X, cvr.fits.status))
             if host_progress(self.verbose):
                 for i, c in enumerate(cvr.Cs):
                     show(f"{int(self.cv)}-fold CV C={c:g} ({i + 1}/{cvr.Cs.size}): MAE {cvr.mean_mae[i]:.4f}  "
@@ -203,7 +205,7 @@ class NPSVOR(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
         res = fit_npsvor(E, codes, p, C1, C2, eps, tol, key, config, sample_weight=weights)
         if host_progress(self.verbose):
             show(done_line(res), final=True)
-        self._adopt(res, C1, C2)
+        self._adopt(res, C1, C2, iteration_cap_hints(self, X, res.status))
         return self
 
     def _config(self, X):
@@ -212,9 +214,10 @@ class NPSVOR(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
                             shrinking=bool(self.shrinking), max_iter=int(self.max_iter),
                             progress=solver_progress(self.verbose), predictor=self.predictor)
 
-    def _adopt(self, res, C1, C2):
-        """Take a fit's result as this estimator's, fitted with penalties C1, C2."""
-        check_status(np.asarray(res.status), "NPSVOR")
+    def _adopt(self, res, C1, C2, hints=None):
+        """Take a fit's result as this estimator's, fitted with penalties C1, C2 (``hints``:
+        :func:`~bayesord._status.check_status`'s, for a fit on the user's columns)."""
+        check_status(np.asarray(res.status), "NPSVOR", hints)
         W = np.asarray(res.coef)
         if self.fit_intercept:
             self.coef_ = W[:, :-1]

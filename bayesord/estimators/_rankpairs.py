@@ -22,7 +22,7 @@ from .._basis import check_gamma, resolve_gamma
 from .._sparse import as_rows
 from .._status import check_status
 from .._validation import check_sample_weight, float_dtype
-from ._base import OrdinalEstimator, SnapshotSavableMixin, fit_key, fit_rng, fresh_fit
+from ._base import OrdinalEstimator, SnapshotSavableMixin, fit_key, fit_rng, fresh_fit, iteration_cap_hints
 from ._proba_layer import ProbaLayerMixin
 
 __all__ = ["SwappedPairsSVM"]
@@ -173,7 +173,7 @@ class SwappedPairsSVM(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
             key = fit_key(rs)
             res = fit_rankpairs_nystroem(Xj, *args, self.C, resolve_gamma(self.gamma, X), self.epsilon, key,
                                          config, **pair_args)
-        check_status(res.status, "SwappedPairsSVM")
+        check_status(res.status, "SwappedPairsSVM", iteration_cap_hints(self, X, res.status))
         self.result_ = res
         if self.kernel == "linear":
             self.coef_ = np.asarray(res.coef)

@@ -21,7 +21,7 @@ from .._sparse import as_rows
 from .._status import check_status, warn_user
 from .._tor import TORConfig, TORResult, done_line, fit_tor
 from .._validation import check_X, float_dtype
-from ._base import OrdinalEstimator, SnapshotSavableMixin, fit_key, fit_rng, fresh_fit
+from ._base import OrdinalEstimator, SnapshotSavableMixin, fit_key, fit_rng, fresh_fit, iteration_cap_hints
 from ._proba_layer import ProbaLayerMixin
 
 __all__ = ["RedSVM", "TransductiveOrdinalRegression"]
@@ -162,7 +162,7 @@ class RedSVM(_RedSVMBase):
         Z = self._features_fit(X, k_map)
         config = RedSVMConfig(len(self.classes_), self.loss, bool(self.fit_intercept), int(self.max_iter))
         res = fit_redsvm(Z, codes, self.C * sw, config, tol=self.tol, key=k_fit)
-        check_status(res.status, "RedSVM")
+        check_status(res.status, "RedSVM", iteration_cap_hints(self, X, res.status))
         self.result_ = res
         self._set_model(res.w, res.theta, res.b)
         self.objective_ = float(res.objective)
@@ -353,7 +353,7 @@ class TransductiveOrdinalRegression(_RedSVMBase):
                            progress=solver_progress(self.verbose))
         if n_unl == 0:
             res = fit_redsvm(Z, codes, self.C * sw, config.redsvm, tol=self.tol, key=k_fit)
-            check_status(res.status, "TransductiveOrdinalRegression")
+            check_status(res.status, "TransductiveOrdinalRegression", iteration_cap_hints(self, X_all, res.status))
             self.result_ = res
             self._set_model(res.w, res.theta, res.b)
             self.transduction_ = self._decode(np.zeros(0, np.int32))
@@ -372,7 +372,7 @@ class TransductiveOrdinalRegression(_RedSVMBase):
                       class_ratios=ratios)
         if host_progress(self.verbose):
             show(done_line(res), final=True)
-        check_status(res.status, "TransductiveOrdinalRegression")
+        check_status(res.status, "TransductiveOrdinalRegression", iteration_cap_hints(self, X_all, res.status))
         self.result_ = res
         self._set_model(res.w, res.theta, res.b)
         labels = np.asarray(res.labels)
