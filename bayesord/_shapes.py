@@ -37,7 +37,7 @@ def bucket_rows(n: int) -> int:
     return base + -(-(n - base) // step) * step
 
 
-def pad_rows(size, *arrays, dtype=None):
+def pad_rows(size: int, *arrays, dtype=None):
     """Each array with zero rows appended up to ``size`` rows (first axis).
 
     ``dtype``, when given, is the type the floating arrays come back in (integer arrays keep
