@@ -1,5 +1,6 @@
-"""Formulas: ``.`` as every column but the response, as in R (``y ~ .``), and rows with
-missing values, which a formula model refuses instead of dropping."""
+"""Formulas: ``.`` as every column but the response, as in R (``y ~ .``), column names that
+are not Python names, and rows with missing values, which a formula model refuses instead of
+dropping."""
 
 from __future__ import annotations
 
@@ -111,3 +112,20 @@ def test_missing_values_in_a_coded_column_are_refused_not_dropped(frame, tmp_pat
         with pytest.raises(ValueError, match=r"column 'dose' has missing values \(first rows, 0-based: \[2\]\)"):
             fitted.predict(holes.iloc[5:10])
         assert fitted.predict(holes.iloc[8:12]).shape == (4,)
+
+
+def test_column_names_with_spaces_fit_save_load_and_predict(frame, tmp_path):
+    """A CSV's header ("fixed acidity") makes column names with spaces.  The saved coding was
+    formulaic's rendering of the terms, ``1 + fixed acidity``, which does not parse back, so
+    the loaded model could not predict (a raw traceback from the command line)."""
+    spaced = frame.rename(columns={"dose": "dose mg", "site": "site name"})
+    new = spaced.drop(columns="y").iloc[:40]
+    for formula in ("y ~ .", "y ~ `dose mg` + np.log(`dose mg`) + `dose mg`:ph + `site name`"):
+        model = OrdinalProbit.from_formula(formula, spaced)
+        model.save(tmp_path / "m.npz")
+        loaded = load_model(tmp_path / "m.npz")
+        np.testing.assert_array_equal(loaded.predict(new), model.predict(new))
+        np.testing.assert_allclose(loaded.predict_proba(new), model.predict_proba(new), rtol=1e-12)
+    assert "site name[T.b]" in list(loaded.feature_names_in_)
+    with pytest.raises(ValueError, match=r"the formula's terms 'dose mg' do not parse: .* in backticks"):
+        OrdinalProbit.from_formula("y ~ dose mg", spaced)

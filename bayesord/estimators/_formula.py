@@ -116,12 +116,14 @@ def slope_columns(formula, slope_terms, data, fixed_columns):
     if slope_terms is None:
         return []
     from formulaic import model_matrix
-    from formulaic.errors import FactorEvaluationError
+    from formulaic.errors import FactorEvaluationError, FormulaParsingError
 
     try:
         columns = [c for c in model_matrix(slope_terms, data, na_action="raise").columns if c != "Intercept"]
     except FactorEvaluationError as err:
         raise ValueError(f"the formula's group term names something the data does not have: {err}") from None
+    except FormulaParsingError as err:
+        raise ValueError(_unparsed(slope_terms, err)) from None
     except ValueError as err:
         _refuse_missing(err, data)
     missing = [c for c in columns if c not in fixed_columns]
@@ -149,17 +151,35 @@ def coding_state(spec):
     if spec.transform_state:
         raise ValueError(f"a model whose formula has stateful transforms ({sorted(spec.transform_state)}) "
                          "cannot be saved: transform the columns in the DataFrame instead")
+    factors = [f for term in spec.formula for f in term.factors]
+    columns = {f.expr for f in factors if _is_lookup(f)}
     levels = {}
     for factor, (kind, state) in spec.encoder_state.items():
         if getattr(kind, "value", kind) != "categorical":
             continue
-        match = _PLAIN_FACTOR.fullmatch(str(factor))
-        if match is None:
+        match = None if str(factor) in columns else _PLAIN_FACTOR.fullmatch(str(factor))
+        if match is None and str(factor) not in columns:
             raise ValueError(f"a model whose formula codes the expression {factor!r} as categorical cannot be "
                              "saved: make it a column of the DataFrame")
-        levels[match.group(1) or match.group(2)] = [v.item() if hasattr(v, "item") else v
-                                                    for v in state["categories"]]
-    return {"formula": str(spec.formula), "levels": levels, "columns": list(spec.column_names)}
+        name = str(factor) if match is None else match.group(1) or match.group(2)
+        levels[name] = [v.item() if hasattr(v, "item") else v for v in state["categories"]]
+    return {"formula": _formula_text(spec.formula), "levels": levels, "columns": list(spec.column_names)}
+
+
+def _is_lookup(factor):
+    """Whether a formulaic factor is a column read by name (not an expression or a literal)."""
+    return getattr(factor.eval_method, "value", factor.eval_method) == "lookup"
+
+
+def _formula_text(formula):
+    """A fitted formula's terms as formulaic parses them back: column names in backticks, as
+    formulaic's own rendering does not put them (``1 + fixed acidity`` does not parse, so a
+    saved model of a CSV with spaces in its column names could not predict), expressions and
+    literals as written."""
+    def factor(f):
+        return f"`{f.expr}`" if _is_lookup(f) else f.expr
+
+    return " + ".join(":".join(factor(f) for f in term.factors) for term in formula)
 
 
 class SavedCoding:
@@ -214,6 +234,14 @@ def _refuse_missing(err, data):
                      "given and drops none") from None
 
 
+def _unparsed(formula, err):
+    """formulaic's parsing error as one line (its message goes on with the formula marked up
+    in terminal colours), with the usual cause: a column name that is not a Python name."""
+    first = str(err).strip().splitlines()[0]
+    return (f"the formula's terms {str(formula)!r} do not parse: {first} Put a column name with spaces or "
+            "symbols in backticks, e.g. `fixed acidity`")
+
+
 def design_matrix(spec_or_formula, data):
     """The fixed-effects design matrix (a DataFrame without the intercept) and its spec.
 
@@ -222,7 +250,7 @@ def design_matrix(spec_or_formula, data):
     (the thresholds take its place).
     """
     from formulaic import ModelSpec, model_matrix
-    from formulaic.errors import FactorEvaluationError
+    from formulaic.errors import FactorEvaluationError, FormulaParsingError
 
     try:
         with warnings.catch_warnings():
@@ -235,6 +263,8 @@ def design_matrix(spec_or_formula, data):
                 mm = model_matrix(spec_or_formula, data, na_action="raise")
     except FactorEvaluationError as err:
         raise ValueError(f"the formula names something the data does not have: {err}") from None
+    except FormulaParsingError as err:
+        raise ValueError(_unparsed(spec_or_formula, err)) from None
     except ValueError as err:
         _refuse_missing(err, data)
     except Warning as err:
