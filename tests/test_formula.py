@@ -8,9 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bayesord import NPSVOR, CumulativeLinkModel, OrdinalProbit, PRank, load_model
+from bayesord import NPSVOR, CumulativeLinkModel, OrdinalMixed, OrdinalProbit, PRank, load_model
 from bayesord.cli import main
 from bayesord.datasets import make_ordinal_probit
+from bayesord.estimators._formula import split_formula
 
 
 @pytest.fixture(scope="module")
@@ -129,3 +130,30 @@ def test_column_names_with_spaces_fit_save_load_and_predict(frame, tmp_path):
     assert "site name[T.b]" in list(loaded.feature_names_in_)
     with pytest.raises(ValueError, match=r"the formula's terms 'dose mg' do not parse: .* in backticks"):
         OrdinalProbit.from_formula("y ~ dose mg", spaced)
+
+
+@pytest.mark.parametrize("formula, parts", [
+    ("`wine score` ~ temp + (1 | `wine region`)", ("wine score", "temp", "wine region", None)),
+    ("y ~ temp + (1 + temp | `wine region`/shelf)",
+     ("y", "temp", ("wine region", "wine region:shelf"), ("temp", "temp"))),
+    ("y ~ temp + (1 | `wine region`:shelf)", ("y", "temp", "wine region:shelf", None)),
+])
+def test_group_terms_and_responses_take_names_in_backticks(formula, parts):
+    assert split_formula(formula) == parts
+
+
+@pytest.mark.parametrize("group, spaces", [("wine region", True), ("`wine region`:shelf/x", False),
+                                           ("`a:b`", False)])
+def test_a_group_that_is_not_column_names_is_refused(group, spaces):
+    with pytest.raises(ValueError, match="must be one column name") as caught:
+        split_formula(f"y ~ temp + (1 | {group})")
+    assert ("in backticks" in str(caught.value)) == spaces
+
+
+def test_a_mixed_model_with_a_spaced_group_name_saves_loads_and_predicts(frame, tmp_path):
+    spaced = frame.rename(columns={"site": "site name", "y": "wine score"})
+    model = OrdinalMixed.from_formula("`wine score` ~ dose + ph + (1 | `site name`)", spaced)
+    model.save(tmp_path / "m.npz")
+    loaded = load_model(tmp_path / "m.npz")
+    new = spaced.drop(columns="wine score").iloc[:30]
+    np.testing.assert_allclose(loaded.predict_proba(new), model.predict_proba(new), rtol=1e-12)

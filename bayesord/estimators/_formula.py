@@ -58,6 +58,8 @@ def split_formula(formula, group_term=True):
     lhs, rhs = (s.strip() for s in formula.split("~"))
     if not lhs:
         raise ValueError(f"formula {formula!r} has no response before '~'")
+    if re.fullmatch(r"`[^`]+`", lhs):  # a response whose name is not a Python name
+        lhs = lhs[1:-1]
     terms = _GROUP_TERM.findall(rhs)
     if not group_term:
         if terms:
@@ -67,16 +69,14 @@ def split_formula(formula, group_term=True):
         raise ValueError(f"formula {formula!r} needs a group term such as '(1 | group)'")
     groups, slopes = [], []
     for expr, group in terms:
-        group = re.sub(r"\s+", "", group)
-        if not group or not re.fullmatch(r"\w+([:/]\w+)*", group) or (":" in group and "/" in group):
-            raise ValueError(f"formula {formula!r}: the group in '(1 | group)' must be one column name, "
-                             "columns joined by ':' (their combinations) or by '/' (nested factors)")
+        names, joins = _group_names(formula, group)
+        group = ("/" if "/" in joins else ":").join(names)
         parts = [t.strip() for t in re.split(r"\+", expr)] if expr.strip() else [""]
         if "" in parts or any(t in ("0", "-1") or t.startswith("-") or " - " in t for t in parts):
             raise ValueError(f"formula {formula!r}: the group term '({expr} | {group})' must keep its "
                              f"intercept and add slopes with '+', as '(1 | {group})' or '(1 + x | {group})'")
-        names = group.split("/")  # lme4's nesting: a/b is a and a:b, each with the term's slopes
-        nested = [":".join(names[:k + 1]) for k in range(len(names))]
+        # lme4's nesting: a/b is a and a:b, each with the term's slopes
+        nested = [":".join(names[:k + 1]) for k in range(len(names))] if "/" in joins else [group]
         groups += nested
         slopes += [" + ".join(t for t in parts if t != "1") or None] * len(nested)
     if len(set(groups)) != len(groups):
@@ -86,6 +86,31 @@ def split_formula(formula, group_term=True):
     if len(groups) == 1:
         return lhs, fixed, groups[0], slopes[0]
     return lhs, fixed, tuple(groups), tuple(slopes)
+
+
+# A column name in a group term: a Python name, or a name in backticks without ':' or '/'
+# (which join the names of a group).
+_GROUP_NAME = r"(?:\w+|`[^`:/]+`)"
+
+
+def _group_names(formula, group):
+    """The column names of a group term's group (backticks removed) and the operators that
+    join them (all ':' or all '/').
+
+    Raises:
+        ValueError: anything else, such as a name with a space outside backticks.
+    """
+    group = group.strip()
+    if group and re.fullmatch(rf"{_GROUP_NAME}(?:\s*[:/]\s*{_GROUP_NAME})*", group):
+        joins = re.findall(r"[:/]", group)  # a name in backticks holds neither
+        if not (":" in joins and "/" in joins):
+            names = [n.strip("`") for n in re.findall(_GROUP_NAME, group)]
+            return names, joins
+    bare = re.sub(r"`[^`]*`", "", group)
+    spaced = " (a column name with spaces goes in backticks, e.g. `wine region`)" if re.search(r"\w\s+\w", bare) \
+        else ""
+    raise ValueError(f"formula {formula!r}: the group in '(1 | group)' must be one column name, "
+                     f"columns joined by ':' (their combinations) or by '/' (nested factors){spaced}")
 
 
 def group_columns(data, factors):
