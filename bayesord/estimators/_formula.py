@@ -176,17 +176,18 @@ def coding_state(spec):
     if spec.transform_state:
         raise ValueError(f"a model whose formula has stateful transforms ({sorted(spec.transform_state)}) "
                          "cannot be saved: transform the columns in the DataFrame instead")
-    factors = [f for term in spec.formula for f in term.factors]
-    columns = {f.expr for f in factors if _is_lookup(f)}
+    columns = {f.expr for term in spec.formula for f in term.factors if _is_lookup(f)}
     levels = {}
     for factor, (kind, state) in spec.encoder_state.items():
         if getattr(kind, "value", kind) != "categorical":
             continue
-        match = None if str(factor) in columns else _PLAIN_FACTOR.fullmatch(str(factor))
-        if match is None and str(factor) not in columns:
-            raise ValueError(f"a model whose formula codes the expression {factor!r} as categorical cannot be "
-                             "saved: make it a column of the DataFrame")
-        name = str(factor) if match is None else match.group(1) or match.group(2)
+        name = str(factor)
+        if name not in columns:  # C(column), or an expression that cannot be saved
+            match = _PLAIN_FACTOR.fullmatch(name)
+            if match is None:
+                raise ValueError(f"a model whose formula codes the expression {factor!r} as categorical "
+                                 "cannot be saved: make it a column of the DataFrame")
+            name = match.group(1) or match.group(2)
         levels[name] = [v.item() if hasattr(v, "item") else v for v in state["categories"]]
     return {"formula": _formula_text(spec.formula), "levels": levels, "columns": list(spec.column_names)}
 
