@@ -27,6 +27,7 @@ __all__ = [
     "encode_labels",
     "encode_known_labels",
     "float_dtype",
+    "missing_cells_message",
     "non_numeric_columns",
 ]
 
@@ -113,7 +114,7 @@ def check_X(X, *, name: str = "X", accept_sparse: bool = False, n_features: int 
                 arr = arr.astype(np.float64)
             except (TypeError, ValueError) as err:
                 if hasattr(X, "isna") and X.isna().to_numpy().any():  # pd.NA in a nullable column
-                    raise ValueError(_missing_cells_message(X.isna().to_numpy(), names, name)) from None
+                    raise ValueError(missing_cells_message(X.isna().to_numpy(), names, name)) from None
                 raise TypeError(_non_numeric_message(X, name, err)) from err
         if arr.dtype.kind == "c":
             raise ValueError(f"Complex data not supported: {name} has dtype {arr.dtype}")
@@ -128,7 +129,7 @@ def check_X(X, *, name: str = "X", accept_sparse: bool = False, n_features: int 
         _check_not_empty(arr.shape, name, min_features)
         X = arr.astype(np.float64, copy=False)
         if not np.all(np.isfinite(X)):
-            raise ValueError(_missing_cells_message(~np.isfinite(X), names, name, "NaN or infinite"))
+            raise ValueError(missing_cells_message(~np.isfinite(X), names, name, "NaN or infinite"))
     if n_features is not None and X.shape[1] != n_features:
         raise ValueError(
             f"{name} has {X.shape[1]} features, but {model} is expecting {n_features} features "
@@ -137,9 +138,10 @@ def check_X(X, *, name: str = "X", accept_sparse: bool = False, n_features: int 
     return X, names
 
 
-def _missing_cells_message(bad, names, name, what="missing"):
-    """What a matrix with ``bad`` cells (a boolean (n, d) mask) is told: how many, in which
-    columns (by name for a DataFrame), and the first rows."""
+def missing_cells_message(bad, names, name, what="missing"):
+    """What a table ``name`` with ``bad`` cells (a boolean (n, d) mask) is told: how many, in
+    which columns (``names``, or positions when None), and the first rows.  One wording for
+    arrays, DataFrames, a CSV and a formula's columns."""
     cols = np.flatnonzero(bad.any(axis=0))
     shown = [str(names[j]) if names is not None else int(j) for j in cols[:5]]
     rows = np.flatnonzero(bad.any(axis=1))[:5].tolist()
@@ -201,19 +203,20 @@ def column_moments(X):
     return mean, np.sqrt(var), constant
 
 
-def column_scale_problems(X, names=None, offsets=True) -> str | None:
+def column_scale_problems(X, names=None, offsets=True, limit=COLUMN_SCALE_LIMIT) -> str | None:
     """What is wrong with the offsets and scales of the columns of ``X``, or None.
 
     Two problems are reported, naming the columns (``names``, else ``x0``, ``x1``, ...):
-    standard deviations that differ by more than :data:`COLUMN_SCALE_LIMIT` between
-    columns, and (when ``offsets``; never for sparse ``X``, which is not centred on
-    purpose) a column whose |mean| / sd exceeds it.  Constant columns are left out of both
-    (they have no scale to compare).
+    standard deviations that differ by more than ``limit`` between columns, and (when
+    ``offsets``; never for sparse ``X``, which is not centred on purpose) a column whose
+    |mean| / sd exceeds it.  Constant columns are left out of both (they have no scale to
+    compare).
 
     Args:
         X: (n, d) float ndarray or scipy.sparse CSR matrix.
         names: the d column names, or None.
         offsets: whether to check the offsets as well as the scales.
+        limit: the factor (:data:`COLUMN_SCALE_LIMIT` for ColumnScaleWarning).
 
     Returns:
         A sentence naming the problem columns, or None when there is none.
@@ -225,17 +228,17 @@ def column_scale_problems(X, names=None, offsets=True) -> str | None:
     label = [f"x{j}" for j in range(X.shape[1])] if names is None else [str(c) for c in names]
     problems = []
     small, large = varying[np.argmin(sd[varying])], varying[np.argmax(sd[varying])]
-    if sd[large] > COLUMN_SCALE_LIMIT * sd[small]:
+    if sd[large] > limit * sd[small]:
         problems.append(f"column standard deviations differ by a factor of {sd[large] / sd[small]:.2g} "
                         f"(from {sd[small]:.3g} for {label[small]!r} to {sd[large]:.3g} for "
-                        f"{label[large]!r}; more than {COLUMN_SCALE_LIMIT:g})")
+                        f"{label[large]!r}; more than {limit:g})")
     if offsets and not sp.issparse(X):
         ratio = np.abs(mean[varying]) / sd[varying]
-        far = varying[ratio > COLUMN_SCALE_LIMIT]
+        far = varying[ratio > limit]
         if far.size:
             shown = ", ".join(f"{label[j]!r} ({abs(mean[j]) / sd[j]:.2g})" for j in far[:10])
             more = f" and {far.size - 10} more" if far.size > 10 else ""
-            problems.append(f"columns whose mean is more than {COLUMN_SCALE_LIMIT:g} standard "
+            problems.append(f"columns whose mean is more than {limit:g} standard "
                             f"deviations from zero (|mean|/sd): {shown}{more}")
     return "; ".join(problems) or None
 

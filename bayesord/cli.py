@@ -424,7 +424,9 @@ def _fit_formula(args) -> int:
     extra = {name: getattr(args, name) for name in ("nominal", "scale") if getattr(args, name)}
     # The models without a formula of their own standardise their coded columns as fit does.
     standardize = {} if args.model == "probit" else {"standardize": args.standardize and cls._scale_sensitive}
-    response = args.formula.split("~")[0].strip()
+    from .estimators._formula import has_group_term, split_formula
+
+    response = split_formula(args.formula, group_term=has_group_term(args.formula))[0]
     if response in frame.columns:
         classes = _parse_classes(args.classes, frame[response], response)
         if classes is not None:

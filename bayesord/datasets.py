@@ -24,7 +24,7 @@ import scipy.sparse as sp
 from scipy.special import ndtri
 
 from ._splits import kfold_indices, kfold_masks, random_split, stratified_split
-from ._validation import non_numeric_columns
+from ._validation import missing_cells_message, non_numeric_columns
 
 __all__ = [
     "SHARED_DATASETS",
@@ -147,13 +147,9 @@ def load_csv(path, target: str = "y", dtype=np.float64):
     features = [c for c in frame.columns if str(c) != target]
     if not features:
         raise ValueError(f"{path.name} has no feature columns besides {target!r}")
-    missing = [str(c) for c in frame.columns if frame[c].isna().any()]
-    if missing:
-        rows = np.flatnonzero(frame.isna().any(axis=1).to_numpy())
-        raise ValueError(
-            f"{path.name} has missing values in column(s) {missing} (first rows, 0-based: "
-            f"{rows[:5].tolist()}); drop or impute them explicitly before fitting"
-        )
+    missing = frame.isna().to_numpy()
+    if missing.any():
+        raise ValueError(missing_cells_message(missing, columns, path.name))
     non_numeric = non_numeric_columns(frame[features])
     if non_numeric:
         raise TypeError(

@@ -74,9 +74,10 @@ def test_load_csv_errors(tmp_path):
         D.load_csv(write(tmp_path / "a.csv", "a,b\n1,2\n"))
     with pytest.raises(TypeError, match=r"\['c'\] are not numeric"):
         D.load_csv(write(tmp_path / "b.csv", "a,c,y\n1,red,2\n3,blue,1\n"))
-    with pytest.raises(ValueError, match=r"missing values in column\(s\) \['a'\]"):
+    with pytest.raises(ValueError, match=r"c.csv contains 1 missing value\(s\), in column\(s\) \['a'\] "
+                                         r"\(first rows, 0-based: \[1\]\)"):
         D.load_csv(write(tmp_path / "c.csv", "a,b,y\n1,2,3\n,5,6\n"))
-    with pytest.raises(ValueError, match="missing values"):
+    with pytest.raises(ValueError, match="missing value"):
         D.load_csv(write(tmp_path / "d.csv", "a,y\n1,NaN\n2,3\n"))
     with pytest.raises(ValueError, match="infinite"):
         D.load_csv(write(tmp_path / "e.csv", "a,y\ninf,1\n2,3\n"))

@@ -102,7 +102,8 @@ def test_missing_values_in_a_coded_column_are_refused_not_dropped(frame, tmp_pat
     holes = frame.copy()
     holes.loc[[7, 20], "dose"] = np.nan
     holes["note"] = np.where(np.arange(len(frame)) % 2, "x", None)  # not in the formula
-    with pytest.raises(ValueError, match=r"column 'dose' has missing values \(first rows, 0-based: \[7, 20\]\)"):
+    with pytest.raises(ValueError, match=r"the data contains 2 missing value\(s\), in column\(s\) \['dose'\] "
+                                         r"\(first rows, 0-based: \[7, 20\]\).*drops none"):
         OrdinalProbit.from_formula("y ~ dose + site", holes)
     with pytest.raises(ValueError, match=r"the formula's term 'np.log\(dose\)' has missing values"):
         OrdinalProbit.from_formula("y ~ np.log(dose) + site", holes)
@@ -110,7 +111,7 @@ def test_missing_values_in_a_coded_column_are_refused_not_dropped(frame, tmp_pat
     assert model.n_features_in_ == 4  # the column outside the formula is not read
     model.save(tmp_path / "m.npz")
     for fitted in (model, load_model(tmp_path / "m.npz")):
-        with pytest.raises(ValueError, match=r"column 'dose' has missing values \(first rows, 0-based: \[2\]\)"):
+        with pytest.raises(ValueError, match=r"in column\(s\) \['dose'\] \(first rows, 0-based: \[2\]\)"):
             fitted.predict(holes.iloc[5:10])
         assert fitted.predict(holes.iloc[8:12]).shape == (4,)
 
@@ -157,3 +158,17 @@ def test_a_mixed_model_with_a_spaced_group_name_saves_loads_and_predicts(frame, 
     loaded = load_model(tmp_path / "m.npz")
     new = spaced.drop(columns="wine score").iloc[:30]
     np.testing.assert_allclose(loaded.predict_proba(new), model.predict_proba(new), rtol=1e-12)
+
+
+def test_command_line_reads_the_classes_of_a_response_in_backticks(frame, tmp_path):
+    """The command line took the response as the text before '~', backticks and all, so it
+    found no such column and dropped --classes without a word."""
+    named = frame.assign(y=np.array(["lo", "mid", "hi"])[frame["y"].to_numpy() - 1]).rename(
+        columns={"y": "wine score"})
+    train, model = tmp_path / "train.csv", tmp_path / "m.npz"
+    named.to_csv(train, index=False)
+    formula = "`wine score` ~ dose + ph"
+    assert main(["fit", str(train), "--formula", formula, "--classes", "lo,mid,hi", "--out", str(model),
+                 "--quiet"]) == 0
+    assert list(load_model(model).classes_) == ["lo", "mid", "hi"]
+    assert main(["fit", str(train), "--formula", formula, "--out", str(model), "--force", "--quiet"]) == 2

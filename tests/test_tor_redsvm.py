@@ -338,9 +338,10 @@ def test_a_fit_at_its_iteration_cap_names_columns_far_apart_in_scale():
     z = rng.normal(size=(200, 2))
     y = np.digitize(z[:, 0] + 0.5 * z[:, 1] + 0.5 * rng.normal(size=200), [-0.7, 0.7])
     raw = pd.DataFrame({"income": 5e4 + 1.5e4 * z[:, 0], "age": 45 + 18 * z[:, 1]})
-    with pytest.warns(ConvergenceWarning, match=r"status MAX_ITER\); column sds differ by a factor of "
-                                                r"7.9e\+02 \('age' 18.6, 'income' 1.46e\+04\): "
-                                                r"standardise the columns .* then if need be a larger max_iter"):
+    with pytest.warns(ConvergenceWarning, match=r"status MAX_ITER\); column standard deviations differ by a "
+                                                r"factor of 7.9e\+02 \(from 18.6 for 'age' to 1.46e\+04 for "
+                                                r"'income'; more than 10\): standardise the columns .* then if "
+                                                r"need be a larger max_iter"):
         RedSVM(max_iter=2, tol=1e-12).fit(raw, y)
     with pytest.warns(ConvergenceWarning) as caught:
         RedSVM(max_iter=2, tol=1e-12).fit(z, y)

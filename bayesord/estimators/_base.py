@@ -648,35 +648,21 @@ def iteration_cap_hints(est, X, status):
     """:func:`~bayesord._status.check_status`'s ``hints`` for a margin model fitted on the
     columns ``X`` as given, or None when ``status`` (any shape) has no ``MAX_ITER``.
 
-    What to try: standardised columns first when their standard deviations differ by more
-    than :data:`SCALE_HINT_FACTOR` (or an offset-reading model's column lies more than that
-    many sds from zero), naming the columns; then a larger ``max_iter``.  A raw income beside
-    an age (sds 1.5e4 and 17.8) left ``RedSVM()`` at its cap with near-uniform calibrated
-    probabilities, where the sd ratio, 840, is below :class:`ColumnScaleWarning`'s.
+    What to try: standardised columns first when :func:`column_scale_problems` finds their
+    scales (or, for an offset-reading model, their offsets) more than
+    :data:`SCALE_HINT_FACTOR` apart, naming the columns; then a larger ``max_iter``.  A raw
+    income beside an age (sds 1.5e4 and 17.8) left ``RedSVM()`` at its cap with near-uniform
+    calibrated probabilities, where the sd ratio, 840, is below ColumnScaleWarning's.
     """
     if int(Status.MAX_ITER) not in np.asarray(status).astype(int).ravel():
         return None
-    more = "a larger max_iter"
-    if sp.issparse(X) or X.shape[1] == 0:
-        return {Status.MAX_ITER: f"try {more}"}
-    mean, sd, constant = column_moments(X)
-    varying = np.flatnonzero(~constant)
-    names = getattr(est, "feature_names_in_", None)
-    label = [f"x{j}" for j in range(X.shape[1])] if names is None else [str(c) for c in names]
-    why = []
-    if varying.size:
-        small, large = varying[np.argmin(sd[varying])], varying[np.argmax(sd[varying])]
-        if sd[large] > SCALE_HINT_FACTOR * sd[small]:
-            why.append(f"column sds differ by a factor of {sd[large] / sd[small]:.2g} ({label[small]!r} "
-                       f"{sd[small]:.3g}, {label[large]!r} {sd[large]:.3g})")
-        far = varying[np.abs(mean[varying]) > SCALE_HINT_FACTOR * sd[varying]]
-        if est._offset_sensitive and far.size:
-            why.append(f"column {label[far[0]]!r} lies {abs(mean[far[0]]) / sd[far[0]]:.2g} sds from zero")
-    if not why:
-        return {Status.MAX_ITER: f"try {more}"}
-    return {Status.MAX_ITER: f"{'; '.join(why)}: standardise the columns (a Pipeline with "
-                             f"sklearn.preprocessing.StandardScaler, or from_formula, which does it), "
-                             f"then if need be {more}"}
+    problem = column_scale_problems(X, getattr(est, "feature_names_in_", None), offsets=est._offset_sensitive,
+                                    limit=SCALE_HINT_FACTOR)
+    if problem is None:
+        return {Status.MAX_ITER: "try a larger max_iter"}
+    return {Status.MAX_ITER: f"{problem}: standardise the columns (a Pipeline with "
+                             "sklearn.preprocessing.StandardScaler, or from_formula, which does it), "
+                             "then if need be a larger max_iter"}
 
 
 def reset_fitted(est) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import warnings
 
-import numpy as np
+from .._validation import missing_cells_message
 
 __all__ = ["SavedCoding", "check_formula_data", "coding_state", "design_matrix", "formula_rows",
            "group_columns", "has_group_term", "slope_columns", "split_formula"]
@@ -252,12 +252,10 @@ def _refuse_missing(err, data):
         raise err
     term = match.group(1)
     if term in data.columns:
-        rows = np.flatnonzero(data[term].isna().to_numpy())
-        where = f"column {term!r} has missing values (first rows, 0-based: {rows[:5].tolist()})"
+        message = missing_cells_message(data[[term]].isna().to_numpy(), [term], "the data")
     else:
-        where = f"the formula's term {term!r} has missing values"
-    raise ValueError(f"{where}; drop or impute them explicitly: a formula model codes every row it is "
-                     "given and drops none") from None
+        message = f"the formula's term {term!r} has missing values; drop or impute them explicitly"
+    raise ValueError(f"{message}: a formula model codes every row it is given and drops none") from None
 
 
 def _unparsed(formula, err):
