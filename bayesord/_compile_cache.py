@@ -44,7 +44,8 @@ import warnings
 from pathlib import Path
 
 __all__ = ["cache_dir", "compile_seconds", "enable", "LIGHT_OPTIONS", "QUICK_MAX_ROWS", "QUICK_OPTIONS",
-           "compiled_with", "quick_variant", "program_for_rows", "stored_fit_program"]
+           "compiled_with", "quick_variant", "program_for_rows", "release_programs_if_crowded",
+           "stored_fit_program"]
 
 QUICK_MAX_ROWS = 16384
 QUICK_OPTIONS = {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False}
@@ -70,7 +71,8 @@ def cache_dir(environ=None):
 
 
 def enable():
-    """Point JAX's persistent compilation cache at :func:`cache_dir` (once per process).
+    """Point JAX's persistent compilation cache at :func:`cache_dir` (once per process), and
+    start counting the programs the process makes (:func:`release_programs_if_crowded`).
 
     Every program is cached, however short its compilation (the many small ones of a fit
     add up).  Does nothing when the cache is off or JAX already has a cache folder; a folder
@@ -82,6 +84,7 @@ def enable():
     """
     import jax
 
+    _listen()
     if jax.config.jax_compilation_cache_dir is not None:
         return Path(jax.config.jax_compilation_cache_dir)
     folder = cache_dir()
@@ -106,9 +109,13 @@ _MAKING_EVENTS = frozenset({"/jax/core/compile/jaxpr_trace_duration",
                             "/jax/core/compile/backend_compile_duration"})
 _LOADING_EVENT = "/jax/compilation_cache/cache_retrieval_time_sec"
 _COUNTERS = []  # the dicts compile_seconds() is filling
+# Executables made since the memory maps were last counted (release_programs_if_crowded).
+_NEW_PROGRAMS = [0]
 
 
 def _count_compile_time(event, duration, **_):
+    if event == "/jax/core/compile/backend_compile_duration":  # one per executable, loaded or compiled
+        _NEW_PROGRAMS[0] += 1
     key = "loading" if event == _LOADING_EVENT else "compiling" if event in _MAKING_EVENTS else None
     if key is not None:
         for counter in _COUNTERS:
@@ -135,6 +142,58 @@ def compile_seconds():
         yield counter
     finally:
         _COUNTERS.remove(counter)
+
+
+# XLA:CPU maps the machine code of each compiled program into memory regions of its own, a few
+# for every kernel (the quick-compiled evidence-mode probit fit takes 385, the optimised one
+# 1,120), and Linux gives a process at most vm.max_map_count regions (65,530 by default).
+# Past that LLVM cannot place another program ("LLVM compilation error: Cannot allocate
+# memory") and the process crashes: fitting the five margin models with calibrate(cv=5) on
+# 15 data sets of other widths in one process did.  Every _CHECK_EVERY new programs a fit
+# counts the regions, and above _MAP_SHARE of the limit drops every compiled program.
+_CHECK_EVERY = 16
+_MAP_SHARE = 0.5
+_STORED_PROGRAMS = []  # every _StoredFitProgram (each holds the programs it loaded)
+
+
+@functools.cache
+def _map_limit():
+    """The kernel's limit on a process's memory map regions, or None where there is none to read."""
+    try:
+        return int(Path("/proc/sys/vm/max_map_count").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _map_count():
+    with open("/proc/self/maps", "rb") as maps:
+        return sum(1 for _ in maps)
+
+
+def release_programs_if_crowded():
+    """Drop every compiled program of the process (bayesord's stored programs and JAX's own
+    caches, :func:`jax.clear_caches`) when its memory map regions fill more than
+    :data:`_MAP_SHARE` of the kernel's limit, so that their memory is unmapped; later calls
+    load their programs again from the on-disk cache (or compile them).  Counts the regions
+    only when :data:`_CHECK_EVERY` programs were made since the last count.
+
+    Returns:
+        Whether the programs were dropped.
+    """
+    if _NEW_PROGRAMS[0] < _CHECK_EVERY or _map_limit() is None:
+        return False
+    _NEW_PROGRAMS[0] = 0
+    try:
+        crowded = _map_count() > _MAP_SHARE * _map_limit()
+    except OSError:
+        return False
+    if crowded:
+        import jax
+
+        for program in _STORED_PROGRAMS:
+            program.loaded.clear()
+        jax.clear_caches()
+    return crowded
 
 
 @functools.cache
@@ -216,6 +275,7 @@ class _StoredFitProgram:
         self.options = options if fallback is not jitted else None  # (name, value) pairs
         self.result_type = result_type
         self.loaded = {}
+        _STORED_PROGRAMS.append(self)
 
     def _key(self, leaves, treedef, static):
         import jax

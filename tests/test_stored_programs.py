@@ -107,3 +107,26 @@ def test_isbor_fits_through_its_stored_solver_as_through_the_jitted_one():
     jitted = written._solver(Xs, (y - 1).astype(np.int32), np.ones(60), np.arange(60, dtype=np.int32), key,
                              written.theta_, written.min_delta, config=config)
     np.testing.assert_allclose(np.asarray(jitted.w)[np.asarray(jitted.mask)], written.coef_, rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.skipif(_compile_cache._map_limit() is None, reason="needs Linux's /proc memory map counts")
+def test_programs_that_crowd_the_memory_maps_are_released_and_made_again(monkeypatch):
+    # Each compiled program takes hundreds of memory map regions; a process that kept every
+    # one crashed at the kernel's limit.  Here the limit is made just above the count.
+    X, y, _ = make_ordinal_probit(300, 4, 3, seed=2)
+    first = OrdinalProbit().fit(X, y)
+    program = _fit_program(bucket_rows(300))
+    assert program.loaded or program.fallback._cache_size()
+    held = _compile_cache._map_count()
+    monkeypatch.setattr(_compile_cache, "_map_limit", lambda: int(held / _compile_cache._MAP_SHARE) - 1)
+    _compile_cache._NEW_PROGRAMS[0] = _compile_cache._CHECK_EVERY - 1
+    assert not _compile_cache.release_programs_if_crowded()  # too few new programs to count
+    _compile_cache._NEW_PROGRAMS[0] = _compile_cache._CHECK_EVERY
+    assert _compile_cache.release_programs_if_crowded()
+    assert not program.loaded and program.fallback._cache_size() == 0
+    assert _compile_cache._map_count() < held  # their memory is unmapped
+    again = OrdinalProbit().fit(X, y)  # made again (from the on-disk cache where it is on)
+    np.testing.assert_array_equal(again.coef_, first.coef_)
+    _compile_cache._NEW_PROGRAMS[0] = _compile_cache._CHECK_EVERY
+    monkeypatch.setattr(_compile_cache, "_map_limit", lambda: 10**9)
+    assert not _compile_cache.release_programs_if_crowded()  # far below the limit: kept

@@ -29,6 +29,7 @@ from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_is_fitted
 
+from .._compile_cache import release_programs_if_crowded
 from .._results import decode_state, encode_state, state_types
 from .._status import OneClassWarning, Status, warn_user, warnings_at_caller
 from .._validation import (
@@ -678,12 +679,16 @@ def fresh_fit(fit):
     """Decorate a ``fit`` method: it starts from an unfitted estimator (nothing of an earlier
     fit survives, such as ``cv_results_`` after a refit with a fixed C) and, when it raises,
     leaves the estimator unfitted rather than holding a new ``classes_`` beside an old model.
-    A fit that succeeds is checked by :func:`warn_if_one_class`."""
+    A fit that succeeds is checked by :func:`warn_if_one_class`.  A user's fit (not the
+    library's own copies) first lets :func:`~bayesord._compile_cache.release_programs_if_crowded`
+    drop the compiled programs when they crowd the process's memory maps."""
     signature = inspect.signature(fit)
 
     @functools.wraps(fit)
     def wrapper(self, *args, **kwargs):
         reset_fitted(self)
+        if not _INTERNAL_FIT.get():
+            release_programs_if_crowded()
         try:
             out = fit(self, *args, **kwargs)
         except BaseException:
