@@ -14,6 +14,7 @@ from bayesord import (
     NPSVOR,
     SBOR,
     ColumnScaleWarning,
+    OneClassWarning,
     CuSumRank,
     OrdinalProbit,
     PRank,
@@ -23,6 +24,8 @@ from bayesord import (
     load_model,
 )
 from bayesord.datasets import make_ordinal_probit
+from bayesord.estimators._proba_layer import stable_columns
+from bayesord.metrics import ordinal_log_loss
 
 K = 4
 X_ALL, Y_ALL, _ = make_ordinal_probit(2400, 3, K, seed=11)
@@ -368,6 +371,49 @@ def test_a_class_with_one_calibration_row_is_kept_in_every_training_fold():
     np.testing.assert_array_equal(np.sort(held), np.arange(1, len(codes)))
     for train, test in folds:
         assert set(codes[train]) == {0, 1, 2, 3} and not set(train) & set(test)
+
+
+def test_the_layer_reads_the_decision_values_whose_spread_a_refit_keeps():
+    rng = np.random.default_rng(0)
+    final = rng.normal(size=(40, 3)) * np.array([1.0, 1.0, 0.0])
+    folds = [(np.setdiff1d(np.arange(40), test), test) for test in np.array_split(np.arange(40), 4)]
+    copies = final * 1.5
+    copies[folds[2][1], 1] *= 1e3  # one fold's copy scores column 1 on another scale
+    np.testing.assert_array_equal(stable_columns(copies, final, folds), [True, False, True])
+    copies[folds[0][1], 0] /= 20.0
+    np.testing.assert_array_equal(stable_columns(copies, final, folds), [False, False, True])
+    # A margin model that learned the labels keeps its score.
+    est = _fit(RedSVM()).calibrate(X_STD[TRAIN], Y_ALL[TRAIN], cv=5)
+    np.testing.assert_array_equal(est.proba_layer_columns_, [True])
+
+
+def test_a_hinge_red_svm_at_its_degenerate_optimum_says_so_and_calibrates_to_the_class_shares(tmp_path):
+    # statsmodels' `fair` data (marriage rating 1-5 from eight survey answers): with the
+    # hinge loss, w = 0 is RED-SVM's exact optimum here at every C.  Its decision values are
+    # then rounding noise of another scale in each fold copy; a layer reading them gave
+    # these 667 test rows a log-loss 0.41 above the class shares'.
+    sm = pytest.importorskip("statsmodels.api")
+    data = sm.datasets.fair.load_pandas().data
+    y = data.pop("rate_marriage").to_numpy().astype(int)
+    X = data.to_numpy()
+    X = (X - X.mean(axis=0)) / X.std(axis=0)
+    rows = np.random.default_rng(0).choice(len(y), 2000, replace=False)
+    train, test = rows[:1333], rows[1333:]
+    with pytest.warns(OneClassWarning, match=r"loss='hinge'.*exact optimum at every C.*loss='logistic'"):
+        est = RedSVM(random_state=2).fit(X[train], y[train])
+    assert np.abs(est.coef_).max() < 1e-3
+    with pytest.warns(UserWarning, match=r"RedSVM's decision values change their spread by more than a "
+                                         r"factor of 10 between a cross-fitted copy and the final model.*class "
+                                         r"shares of the calibration rows"):
+        est.calibrate(X[train], y[train], cv=5)
+    assert not est.proba_layer_columns_.any()
+    shares = np.bincount(np.searchsorted(est.classes_, y[train]), minlength=5) / len(train)
+    loss = ordinal_log_loss(y[test], est.predict_proba(X[test]), classes=est.classes_)
+    assert loss <= ordinal_log_loss(y[test], np.tile(shares, (len(test), 1)), classes=est.classes_) + 0.01
+    est.save(tmp_path / "m.npz")
+    back = load_model(tmp_path / "m.npz")
+    assert not back.proba_layer_columns_.any()
+    np.testing.assert_array_equal(back.predict_proba(X[test]), est.predict_proba(X[test]))
 
 
 @pytest.mark.slow

@@ -955,10 +955,10 @@ class SnapshotSavableMixin(SavableMixin):
             setattr(self, name, decode_state(value, arrays, self._types))
 
 
-# Written by _write_model_file itself (the last three through the estimator's
+# Written by _write_model_file itself (the last four through the estimator's
 # ``_uncertainty_state``: see bayesord.estimators._uncertainty).
 _FILE_ATTRIBUTES = ("classes_", "n_features_in_", "feature_names_in_", "input_center_", "input_scale_",
-                    "conformal_", "proba_layer_", "bootstrap_draws_")
+                    "conformal_", "proba_layer_", "proba_layer_columns_", "bootstrap_draws_")
 
 
 def _write_model_file(est, path, arrays, meta):

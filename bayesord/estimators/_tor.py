@@ -38,6 +38,17 @@ class _RedSVMBase(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
     _threshold_scores = True  # calibrate(score="distance")
     _state_types = (KernelMap, RedSVMResult, TORResult)
 
+    @property
+    def _one_class_hint(self):
+        if self.loss not in ("hinge", "laplacian"):
+            return OrdinalEstimator._one_class_hint
+        return (f"With a piecewise-linear loss (loss={self.loss!r}), weights of zero (w_ all 0 up "
+                "to rounding) can be the exact optimum at every C where the classes overlap much "
+                "(for the hinge, a degenerate SVM solution: Rifkin, Pontil & Verri, 1999), and a "
+                "larger C then changes nothing: loss='logistic' or 'squared_hinge' finds the "
+                "signal.  Otherwise standardise the columns and try a larger C; a fit that stopped "
+                "early (converged_ False) can do this too.")
+
     def _check_params(self):
         _check_positive(self.C, "C")
         _check_positive(self.tol, "tol")

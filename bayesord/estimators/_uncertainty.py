@@ -141,8 +141,9 @@ class UncertaintyMixin:
         """What calibration reads off a fitted model: its class probabilities, (n, K)."""
         return self.predict_proba(X)
 
-    def _calibration_proba(self, values, codes, cv, random_state):
-        """Class probabilities of the calibration rows from their :meth:`_calibration_values`."""
+    def _calibration_proba(self, X, values, codes, cv, random_state):
+        """Class probabilities of the calibration rows ``X`` from their :meth:`_calibration_values`
+        (from the cross-fitted copies where ``cv``)."""
         return values
 
     def _distance_matrix(self, X):
@@ -294,7 +295,8 @@ class UncertaintyMixin:
                              "not needlessly wide)")
         values, anchor = self._held_out_values(X, codes, cv, random_state, score)
         if score != "distance":
-            values = conformity_scores(self._calibration_proba(values, codes, cv, random_state), anchor, score)
+            values = conformity_scores(self._calibration_proba(X, values, codes, cv, random_state), anchor,
+                                       score)
         true_scores = values[np.arange(codes.shape[0]), codes]
         self.conformal_ = ConformalCalibration(scores=true_scores, labels=codes, score=score, cv=cv,
                                                matrix=values, anchors=anchor)
