@@ -13,7 +13,8 @@ fitted jointly with ``u`` (Newton MAP), and the joint Laplace posterior of ``(u,
 This is ordinal Platt scaling with a posterior: one cumulative model for all classes, so
 the cumulative probabilities never cross and every row is a distribution (per-threshold
 Platt scaling can cross), and the probit's Laplace posterior gives each probability a
-band.
+band.  The conformity scores of the calibration rows come from probit layers that did not
+see those rows either (cross-fitted over the same folds), so the sets keep their coverage.
 
 With cross-fitting (``cv=k``) the layer learns from the copies' decision values and is applied
 to the final model's, so it reads only the columns that keep their scale from one fit to the
