@@ -41,6 +41,7 @@ import hashlib
 import os
 import threading
 import warnings
+import weakref
 from pathlib import Path
 
 __all__ = ["cache_dir", "compile_seconds", "enable", "LIGHT_OPTIONS", "QUICK_MAX_ROWS", "QUICK_OPTIONS",
@@ -104,9 +105,9 @@ def enable():
 
 # JAX's monitoring events for the three stages of making a program (reported per program;
 # the last includes reading it from the on-disk cache) and for that reading alone.
+_PROGRAM_EVENT = "/jax/core/compile/backend_compile_duration"  # one per executable, loaded or compiled
 _MAKING_EVENTS = frozenset({"/jax/core/compile/jaxpr_trace_duration",
-                            "/jax/core/compile/jaxpr_to_mlir_module_duration",
-                            "/jax/core/compile/backend_compile_duration"})
+                            "/jax/core/compile/jaxpr_to_mlir_module_duration", _PROGRAM_EVENT})
 _LOADING_EVENT = "/jax/compilation_cache/cache_retrieval_time_sec"
 _COUNTERS = []  # the dicts compile_seconds() is filling
 # Executables made since the memory maps were last counted (release_programs_if_crowded).
@@ -114,7 +115,7 @@ _NEW_PROGRAMS = [0]
 
 
 def _count_compile_time(event, duration, **_):
-    if event == "/jax/core/compile/backend_compile_duration":  # one per executable, loaded or compiled
+    if event == _PROGRAM_EVENT:
         _NEW_PROGRAMS[0] += 1
     key = "loading" if event == _LOADING_EVENT else "compiling" if event in _MAKING_EVENTS else None
     if key is not None:
@@ -153,7 +154,7 @@ def compile_seconds():
 # counts the regions, and above _MAP_SHARE of the limit drops every compiled program.
 _CHECK_EVERY = 16
 _MAP_SHARE = 0.5
-_STORED_PROGRAMS = []  # every _StoredFitProgram (each holds the programs it loaded)
+_STORED_PROGRAMS = weakref.WeakSet()  # every _StoredFitProgram (each holds the programs it loaded)
 
 
 @functools.cache
@@ -275,7 +276,7 @@ class _StoredFitProgram:
         self.options = options if fallback is not jitted else None  # (name, value) pairs
         self.result_type = result_type
         self.loaded = {}
-        _STORED_PROGRAMS.append(self)
+        _STORED_PROGRAMS.add(self)
 
     def _key(self, leaves, treedef, static):
         import jax

@@ -45,9 +45,9 @@ _LAYER_FOLDS = 5
 _LAYER_ALPHA = 0.01
 # The most, as a factor either way, by which the spread of a cross-fitted copy's decision
 # values may differ from the final model's on the same rows for the layer to read them
-# (on nine shared data sets, 2026-11-27: the RED-SVM, swapped-pairs and perceptron scores
-# within 3.9, NPSVOR's per-class columns within 7.4 but for six of 46 at 22 to 10^5; a
-# RED-SVM at its degenerate optimum 10^3, and 20 to 10^5 on statsmodels' fair data).
+# (the 22 dense shared data sets, 2026-11-27: the RED-SVM, swapped-pairs and perceptron
+# scores within 3.9, NPSVOR's per-class columns within 7.4 but for 9 of 121 at 22 to 10^5;
+# a RED-SVM at its degenerate optimum 860-1,200, and 20 to 10^5 on statsmodels' fair data).
 _SPREAD_AGREEMENT = 10.0
 
 
