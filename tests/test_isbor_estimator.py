@@ -105,6 +105,7 @@ def test_monotone_relabelling_gives_same_fit(model, data):
     (dict(kernel="laplace"), "kernel"),
     (dict(max_iter=0), "max_iter"),
     (dict(n_centres=2), "n_centres"),
+    (dict(n_centres="many"), "n_centres must be 'auto'"),
     (dict(theta_selection="waic"), "theta_selection"),
     (dict(cv_scoring="brier"), "cv_scoring"),
 ])
@@ -112,6 +113,20 @@ def test_bad_parameters_raise(data, kw, match):
     X, y = data
     with pytest.raises(ValueError, match=match):
         small_model(**kw).fit(X, y)
+
+
+def test_auto_centres_are_every_row_until_their_basis_outgrows_the_cache(data):
+    X, y = data
+    assert small_model()._centre_count(N, np.float64) == N
+    assert small_model()._centre_count(20_000, np.float64) == 2**30 // (20_000 * 8)  # 6,710 rows
+    assert small_model()._centre_count(16_384, np.float32) == 16_384
+    assert small_model(cache_bytes=N * 20 * 8, block_size=16)._centre_count(N, np.float64) == 20
+    assert small_model(cache_bytes=8, block_size=16)._centre_count(N, np.float64) == 16  # one block
+    # With a cache too small for all rows, "auto" is the random subset of the size that fits.
+    auto = small_model(cache_bytes=N * 20 * 8, block_size=16).fit(X, y)
+    explicit = small_model(cache_bytes=N * 20 * 8, block_size=16, n_centres=20).fit(X, y)
+    np.testing.assert_array_equal(auto.relevance_indices_, explicit.relevance_indices_)
+    np.testing.assert_array_equal(auto.predict_proba(X), explicit.predict_proba(X))
 
 
 def test_bad_data_raise(data):

@@ -210,11 +210,11 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
             raise TypeError(f"calibrate_sigma must be True or False, got {self.calibrate_sigma!r}")
         if n < n_classes:
             raise ValueError(f"fewer samples ({n}) than classes ({n_classes})")
-        if self.n_centres is not None:
+        if self.n_centres is not None and not (isinstance(self.n_centres, str) and self.n_centres == "auto"):
             if isinstance(self.n_centres, bool) or not isinstance(self.n_centres, numbers.Integral) \
                     or not n_classes <= self.n_centres:
-                raise ValueError(f"n_centres must be an integer >= the number of classes ({n_classes}), "
-                                 f"got {self.n_centres!r}")
+                raise ValueError(f"n_centres must be 'auto', None or an integer >= the number of classes "
+                                 f"({n_classes}), got {self.n_centres!r}")
             if self.kernel == "precomputed":
                 raise ValueError("n_centres cannot be used with kernel='precomputed'; pass the columns you want")
         if self.centre_selection not in ("random", "kmeans++"):
@@ -296,15 +296,26 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
             show(done_line(self._solver_name, res), final=True)
         return res
 
+    def _centre_count(self, n, dtype):
+        """How many of the ``n`` rows are candidate centres: ``n_centres``, or for ``"auto"``
+        every row while the ``n x n`` candidate basis fits in ``cache_bytes``, else as many
+        rows as fit there (at least ``block_size``)."""
+        if self.n_centres is None or self.kernel == "precomputed":
+            return n
+        if isinstance(self.n_centres, str):
+            return int(min(n, max(self.cache_bytes // (n * np.dtype(dtype).itemsize), self.block_size)))
+        return min(int(self.n_centres), n)
+
     def _candidates(self, X, sw, key):
         n = X.shape[0]
-        if self.n_centres is None or self.n_centres >= n:
+        m = self._centre_count(n, X.dtype)
+        if m >= n:
             return jnp.arange(n, dtype=jnp.int32)
         if self.centre_selection == "kmeans++":
             # On the standardised columns the fit works with (k-means++ compares distances).
             center, scale = center_and_scale(X, sw)
-            return kmeanspp_indices((X - center) / scale, key, int(self.n_centres))
-        return jnp.sort(jax.random.permutation(key, n)[: self.n_centres]).astype(jnp.int32)
+            return kmeanspp_indices((X - center) / scale, key, m)
+        return jnp.sort(jax.random.permutation(key, n)[:m]).astype(jnp.int32)
 
     def _width_grid(self, X, sw):
         """The candidate widths: ``theta_grid`` as given, or for ``"scale"`` the multiples
@@ -662,7 +673,11 @@ class ISBOR(_SparseBayesOrdinal):
             that each changed the log evidence by less than ``min_delta`` (rejected
             proposals, in practice; Algorithm 1 stops after one such iteration).
         n_centres: restrict candidate centres to this many training rows (``None``: all).
-            Cost per iteration is proportional to the number of candidates.
+            Cost per iteration is proportional to the number of candidates.  ``"auto"``
+            (ISBOR's default): every row while the candidate basis of all rows fits in
+            ``cache_bytes`` (11,585 rows in float64, 16,384 in float32 at the default 1 GiB),
+            else as many rows as fit there (8,388 of 16,000 in float64), so that no
+            iteration recomputes kernel rows.
         centre_selection: ``"random"`` or ``"kmeans++"`` for ``n_centres``.
         block_size: candidates scored per block (memory ``O(n * block_size)``).
         cache_bytes: keep the whole candidate basis in memory when it fits in this many bytes.
@@ -737,7 +752,7 @@ class ISBOR(_SparseBayesOrdinal):
 
     def __init__(self, kernel="rbf", theta="auto", theta_grid="scale", theta_selection="cv",
                  cv=5, cv_scoring="log_loss", selection_max_samples=1000, degree=2, capacity=128, max_iter=500,
-                 min_delta=1e-2, patience=30, n_centres=None, centre_selection="random", block_size=256,
+                 min_delta=1e-2, patience=30, n_centres="auto", centre_selection="random", block_size=256,
                  cache_bytes=2**30, link="probit", learn_noise=True, calibrate_sigma=True, joint_reestimate=True,
                  classes=None, n_draws=200, random_state=None, verbose=0):
         self.kernel = kernel
