@@ -210,7 +210,7 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
             raise TypeError(f"calibrate_sigma must be True or False, got {self.calibrate_sigma!r}")
         if n < n_classes:
             raise ValueError(f"fewer samples ({n}) than classes ({n_classes})")
-        if self.n_centres is not None and not (isinstance(self.n_centres, str) and self.n_centres == "auto"):
+        if self.n_centres not in (None, "auto"):
             if isinstance(self.n_centres, bool) or not isinstance(self.n_centres, numbers.Integral) \
                     or not n_classes <= self.n_centres:
                 raise ValueError(f"n_centres must be 'auto', None or an integer >= the number of classes "
