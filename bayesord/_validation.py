@@ -113,8 +113,9 @@ def check_X(X, *, name: str = "X", accept_sparse: bool = False, n_features: int 
             try:
                 arr = arr.astype(np.float64)
             except (TypeError, ValueError) as err:
-                if hasattr(X, "isna") and X.isna().to_numpy().any():  # pd.NA in a nullable column
-                    raise ValueError(missing_cells_message(X.isna().to_numpy(), names, name)) from None
+                missing = X.isna().to_numpy() if hasattr(X, "isna") else None  # pd.NA in a nullable column
+                if missing is not None and missing.any():
+                    raise ValueError(missing_cells_message(missing, names, name)) from None
                 raise TypeError(_non_numeric_message(X, name, err)) from err
         if arr.dtype.kind == "c":
             raise ValueError(f"Complex data not supported: {name} has dtype {arr.dtype}")
