@@ -130,3 +130,25 @@ def test_programs_that_crowd_the_memory_maps_are_released_and_made_again(monkeyp
     _compile_cache._NEW_PROGRAMS[0] = _compile_cache._CHECK_EVERY
     monkeypatch.setattr(_compile_cache, "_map_limit", lambda: 10**9)
     assert not _compile_cache.release_programs_if_crowded()  # far below the limit: kept
+
+
+def test_the_answer_of_the_compiler_options_probe_is_kept_on_disk(monkeypatch, tmp_path):
+    """The probe compiles once and writes its answer; a later process reads it (here: a
+    kept 'refused', which a probe would contradict on XLA:CPU) without compiling."""
+    if jax.default_backend() != "cpu":
+        pytest.skip("the compiler options are XLA:CPU's")
+    options = tuple(_compile_cache.QUICK_OPTIONS.items())
+    marker = tmp_path / "options" / "probe"
+    monkeypatch.setattr(_compile_cache, "_probe_marker", lambda _: marker)
+    try:
+        _compile_cache._options_accepted.cache_clear()
+        assert _compile_cache._options_accepted(options)
+        assert marker.read_text() == "accepted"
+        marker.write_text("refused")
+        _compile_cache._options_accepted.cache_clear()  # as a new process
+        assert not _compile_cache._options_accepted(options)
+        monkeypatch.setattr(_compile_cache, "_probe_marker", lambda _: None)  # the cache off
+        _compile_cache._options_accepted.cache_clear()
+        assert _compile_cache._options_accepted(options)
+    finally:
+        _compile_cache._options_accepted.cache_clear()
