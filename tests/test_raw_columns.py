@@ -19,6 +19,7 @@ from sklearn.exceptions import ConvergenceWarning
 from bayesord import ISBOR, OrdinalProbit
 from bayesord._likelihood import predictive_scale
 from bayesord.datasets import make_ordinal_probit
+from bayesord.estimators._base import classes_separated
 
 X0, Y0, _ = make_ordinal_probit(240, 3, 4, seed=11, w=np.array([1.0, -0.6, 0.4]))
 X_TEST = np.random.default_rng(12).normal(size=(40, 3))
@@ -172,8 +173,7 @@ def test_ml_fit_of_separated_classes_says_the_estimate_does_not_exist():
     """Classes cut exactly at values of x: the likelihood approaches 1 as the coefficient
     grows (complete separation), so maximum likelihood has no estimate; the fit stops with
     sds of about 1e6 that it must not report silently.  A fixed prior keeps the coefficient
-    finite and says nothing.  (The default evidence mode stops at its iteration cap here and
-    says so: its prior precision heads for 0.)"""
+    finite and says nothing."""
     x = np.linspace(-2.0, 2.0, 60)[:, None] * 30.0 + 500.0
     y = np.digitize(x[:, 0], [479.0, 518.0])
     with pytest.warns(ConvergenceWarning, match="does not exist"):
@@ -182,6 +182,53 @@ def test_ml_fit_of_separated_classes_says_the_estimate_does_not_exist():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         OrdinalProbit(thresholds="joint", alpha=1.0).fit(x, y)
+
+
+@pytest.mark.parametrize("prior", ["gaussian", "ard"])
+def test_evidence_fit_of_separated_classes_says_its_prior_has_no_optimum(prior):
+    """The same separated classes in the default evidence mode: the evidence rises as the
+    prior precision falls, so the search drifts toward alpha = 0 (to its cap here).  One
+    warning says why (not the bare iteration-cap one), with the alpha where it stopped."""
+    x = np.c_[np.linspace(-2.0, 2.0, 60) * 30.0 + 500.0, np.cos(np.arange(60.0))]
+    y = np.digitize(x[:, 0], [479.0, 518.0])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = OrdinalProbit(prior=prior).fit(pd.DataFrame(x, columns=["dose", "noise"]), y)
+    messages = [str(w.message) for w in caught if issubclass(w.category, ConvergenceWarning)]
+    assert len(messages) == 1 and "separate the classes completely" in messages[0]
+    assert f"alpha = {model.alpha_.min():.1e}" in messages[0]
+    assert ("for column 'dose'" in messages[0]) == (prior == "ard")
+    assert model.alpha_.min() < 0.02
+    with warnings.catch_warnings():  # one row in the other class's range: no separation
+        warnings.simplefilter("error")
+        y_mixed = y.copy()
+        y_mixed[[10, 50]] = y[[50, 10]]
+        OrdinalProbit(prior=prior).fit(x, y_mixed)
+
+
+@given(st.integers(0, 2**32 - 1), st.integers(2, 4), st.integers(4, 14))
+@settings(max_examples=60, deadline=None, derandomize=True)
+def test_separation_check_agrees_with_sorting_in_one_column(seed, n_classes, n):
+    """In one column the classes are separated exactly when their values lie in disjoint
+    intervals ordered by class, increasing or decreasing (classes without rows skipped; one
+    class alone is separated: thresholds far enough out hold all its rows)."""
+    rng = np.random.default_rng(seed)
+    x = rng.choice(rng.normal(size=n), n)  # ties possible
+    codes = rng.integers(0, n_classes, n)
+    if rng.random() < 0.6:  # classes in the order of x (or its reverse), up to one swap
+        codes[np.argsort(x * rng.choice([-1, 1]))] = np.sort(codes)
+        if rng.random() < 0.3:
+            i, j = rng.integers(0, n, 2)
+            codes[[i, j]] = codes[[j, i]]
+    sw = (rng.random(n) < 0.85).astype(float)
+    kept = [x[(codes == k) & (sw > 0)] for k in range(n_classes)]
+    kept = [v for v in kept if v.size]
+
+    def ordered(parts):
+        return all(a.max() < b.min() for a, b in zip(parts, parts[1:]))
+
+    expected = len(kept) < 2 or ordered(kept) or ordered([-v for v in kept])
+    assert classes_separated(x[:, None], codes, sw, n_classes) == expected
 
 
 @pytest.mark.slow  # float32 programs of their own: about 15 s of compiling

@@ -557,6 +557,41 @@ def warn_if_undetermined(est, cov, X, sw, remedy) -> None:
     warn_user(f"{type(est).__name__}.fit: {problem}, or {remedy}", ConvergenceWarning)
 
 
+def classes_separated(X, codes, sw, n_classes) -> bool:
+    """Whether the columns separate the classes completely: some score ``x'w`` and ordered
+    thresholds put every row of positive weight inside its class's interval with a margin.
+    Then every cumulative-link likelihood rises without bound along ``w`` and the maximum
+    likelihood estimate does not exist (Albert & Anderson 1984 for the logistic model; the
+    same geometry for ordered classes).
+
+    Decided exactly by the feasibility of a linear program in ``(w, b)`` on the
+    standardised rows (SciPy's HiGHS): ``x_i'w <= b_k - 1`` for a row of class ``k`` below
+    the top class, ``x_i'w >= b_{k-1} + 1`` above the bottom one, ``b_k <= b_{k+1}``
+    (scaling turns any strict separation into one of margin 1).
+    """
+    import scipy.sparse as sparse
+    from scipy.optimize import linprog
+
+    keep = np.asarray(sw) > 0
+    Z, k = np.asarray(X, dtype=np.float64)[keep], np.asarray(codes)[keep]
+    sd = Z.std(axis=0)
+    Z = (Z - Z.mean(axis=0)) / np.where(sd > 0, sd, 1.0)
+    d, n_b = Z.shape[1], n_classes - 1
+    below, above = np.flatnonzero(k < n_b), np.flatnonzero(k > 0)
+
+    def threshold_part(rows, column, sign):
+        return sparse.csr_array((np.full(rows.size, sign), (np.arange(rows.size), column)), shape=(rows.size, n_b))
+
+    order = sparse.csr_array(sparse.eye(n_b - 1, n_b) - sparse.eye(n_b - 1, n_b, k=1))
+    A = sparse.vstack([
+        sparse.hstack([sparse.csr_array(Z[below]), threshold_part(below, k[below], -1.0)]),
+        sparse.hstack([sparse.csr_array(-Z[above]), threshold_part(above, k[above] - 1, 1.0)]),
+        sparse.hstack([sparse.csr_array((n_b - 1, d)), order]),
+    ], format="csr")
+    rhs = np.r_[-np.ones(below.size + above.size), np.zeros(n_b - 1)]
+    return linprog(np.zeros(d + n_b), A_ub=A, b_ub=rhs, bounds=(None, None), method="highs").status == 0
+
+
 def check_level(level):
     """A credible level in (0, 1)."""
     if not 0.0 < level < 1.0:
