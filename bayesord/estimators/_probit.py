@@ -216,9 +216,10 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
                 X, codes, sw, len(self.classes_)):
             return None
         j = int(np.argmin(res.alpha))
-        names = getattr(self, "feature_names_in_", None)
-        column = f" for column {names[j]!r}" if self.prior == "ard" and names is not None else \
-            f" for column {j}" if self.prior == "ard" else ""
+        column = ""
+        if self.prior == "ard":
+            names = getattr(self, "feature_names_in_", None)
+            column = f" for column {names[j]!r}" if names is not None else f" for column {j}"
         return (f"the columns separate the classes completely (a linear score puts every training row "
                 f"inside its class's interval), so the evidence keeps rising as the prior weakens. The "
                 f"search ended at alpha = {res.alpha[j]:.1e}{column} (a prior sd of "
