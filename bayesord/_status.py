@@ -16,7 +16,8 @@ import warnings
 
 from sklearn.exceptions import ConvergenceWarning
 
-__all__ = ["OneClassWarning", "Status", "status_message", "check_status", "warn_user", "warnings_at_caller"]
+__all__ = ["OneClassWarning", "Status", "status_message", "check_status", "warn_user", "warned_once",
+           "warnings_at_caller"]
 
 
 class OneClassWarning(UserWarning):
@@ -54,6 +55,9 @@ _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 # The user's line a library thread works for (see warnings_at_caller), or None.
 _CALLER = contextvars.ContextVar("bayesord_caller", default=None)
+# The list that warn_user adds to instead of warning, inside warned_once (and its copies of
+# the context on threads), or None.
+_COLLECTED = contextvars.ContextVar("bayesord_collected_warnings", default=None)
 
 
 def _user_frame(frame):
@@ -73,7 +77,12 @@ def _site(frame):
 def warn_user(message, category=UserWarning) -> None:
     """``warnings.warn`` attributed to the first calling line outside the bayesord package
     (the user's), however deep inside the library the warning arises; on a thread the
-    library started, to the line :func:`warnings_at_caller` recorded."""
+    library started, to the line :func:`warnings_at_caller` recorded.  Inside
+    :func:`warned_once` it is kept for that block's summary instead."""
+    collected = _COLLECTED.get()
+    if collected is not None:
+        collected.append((str(message), category))
+        return
     caller = _CALLER.get() or _site(_user_frame(sys._getframe(1)))
     if caller is None:  # no frame outside the package (the library called from itself)
         warnings.warn(message, category, stacklevel=2)
@@ -96,6 +105,28 @@ def warnings_at_caller():
         yield
     finally:
         _CALLER.reset(token)
+
+
+@contextlib.contextmanager
+def warned_once(fits: str):
+    """Show the warnings that :func:`warn_user` gives inside the block (on threads too, in
+    copies of this context) once each, with how many times they came: for the library's own
+    refits of one model (``fits`` names them, e.g. "calibrate's 5 cross-fitted copies"),
+    whose warnings differ at most in their numbers.  A warning is counted by its text up to
+    the first "; " (what happened); the rest (what to do) is the first one's.  They are
+    shown when the block ends, also when it raises."""
+    collected = []
+    token = _COLLECTED.set(collected)
+    try:
+        yield
+    finally:
+        _COLLECTED.reset(token)
+        counts = {}
+        for message, category in collected:
+            head, _, tail = message.partition("; ")
+            counts.setdefault((head, category), [0, tail])[0] += 1
+        for (head, category), (count, tail) in counts.items():
+            warn_user(f"{head}, in {count} of {fits}" + (f"; {tail}" if tail else ""), category)
 
 
 def final_status(converged, *, finite=True, failure=None):

@@ -23,6 +23,7 @@ from bayesord import (
     TransductiveOrdinalRegression,
     load_model,
 )
+from bayesord._status import warn_user, warned_once
 from bayesord.datasets import make_ordinal_probit
 from bayesord.estimators._proba_layer import stable_columns
 from bayesord.metrics import ordinal_log_loss
@@ -158,10 +159,10 @@ def test_the_probits_fold_copies_stop_early_and_score_as_full_precision_copies(m
 
 
 def test_warnings_of_threaded_fold_copies_point_at_the_callers_line():
-    """A fold copy fitted on a library thread warns (here: its iteration cap) at the user's
+    """Fold copies fitted on library threads warn (here: their iteration caps) at the user's
     ``calibrate`` line, as one fitted on the caller's thread does, not at the thread
-    pool's.  The columns' far-apart scales were the user's fit's warning; the copies do not
-    repeat it."""
+    pool's, and once for all five (they were five warnings).  The columns' far-apart scales
+    were the user's fit's warning; the copies do not repeat it."""
     rng = np.random.default_rng(0)
     X = rng.normal(size=(300, 3)) * [1.0, 1e-3, 50.0]
     y = np.digitize(X @ [1.0, 1000.0, 0.02] + rng.normal(size=300), [-1, 1])
@@ -171,9 +172,38 @@ def test_warnings_of_threaded_fold_copies_point_at_the_callers_line():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         est.calibrate(X, y, cv=5); line = sys._getframe().f_lineno  # noqa: E702
-    assert sum(issubclass(w.category, ConvergenceWarning) for w in caught) >= 5  # every fold copy
+    (cap,) = [str(w.message) for w in caught if issubclass(w.category, ConvergenceWarning)]
+    assert cap.startswith("NPSVOR: stopped at the iteration cap")
+    assert cap.endswith("(status MAX_ITER), in 5 of calibrate's 5 cross-fitted copies")
     assert not any(issubclass(w.category, ColumnScaleWarning) for w in caught)
     assert {(w.filename, w.lineno) for w in caught} == {(__file__, line)}
+
+
+def test_warned_once_counts_the_warnings_of_a_block_and_its_threads_by_what_happened():
+    """Warnings that differ after their first "; " are one, counted; another text or another
+    category is another; those of threads running copies of the context count too; and
+    they are shown when the block raises."""
+    import concurrent.futures
+    import contextvars
+
+    def warn(i):
+        warn_user(f"the cap was reached; column sds differ by {i}", ConvergenceWarning)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(RuntimeError, match="late"):
+            with warned_once("3 refits"):
+                warn(0)
+                contexts = [contextvars.copy_context() for _ in range(2)]
+                with concurrent.futures.ThreadPoolExecutor(2) as pool:
+                    list(pool.map(lambda ci: ci[0].run(warn, ci[1]), zip(contexts, (1, 2))))
+                warn_user("the cap was reached; column sds differ by 3", UserWarning)
+                warn_user("no signal")
+                raise RuntimeError("late")
+    assert [(w.category, str(w.message)) for w in caught] == [
+        (ConvergenceWarning, "the cap was reached, in 3 of 3 refits; column sds differ by 0"),
+        (UserWarning, "the cap was reached, in 1 of 3 refits; column sds differ by 3"),
+        (UserWarning, "no signal, in 1 of 3 refits")]
 
 
 @pytest.mark.slow

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._status import warn_user
+from .._status import warn_user, warned_once
 from ._base import internal_fits, only_when
 from ._bootstrap import BootstrapMixin
 from ._probit import OrdinalProbit
@@ -121,7 +121,7 @@ class ProbaLayerMixin(BootstrapMixin):
                       "same rows, so they hold no signal that a refit keeps: its probabilities are the "
                       "class shares of the calibration rows")
         values = values * self.proba_layer_columns_
-        with internal_fits():
+        with internal_fits(), warned_once(f"the probability layer's {len(folds) + 1} fits"):
             *layers, self.proba_layer_ = _layer(K, random_state)._fit_copies(values, codes, weights,
                                                                              np.arange(K))
         for layer, (_, test) in zip(layers, folds):

@@ -29,6 +29,7 @@ from ..uncertainty import (
 )
 from .._progress import prefix
 from .._splits import kfold_indices
+from .._status import warned_once
 from ._base import internal_fits, run_folds
 from ._formula import formula_rows
 
@@ -175,26 +176,28 @@ class UncertaintyMixin:
         def scored(model, test):
             return test, values_of(model, _rows(X, test)), model._predicted_codes(_rows(X, test))
 
-        if self._batched_copies():
-            weights = training_weights([train for train, _ in folds], n)
-            with internal_fits():
-                models = clone(self).set_params(**self._copy_params())._fit_copies(X, labels, weights,
-                                                                                   self.classes_)
-            parts += [scored(model, test) for model, (_, test) in zip(models, folds)]
-        else:
-            workers = self._fold_workers(len(folds))
+        with warned_once(f"calibrate's {len(folds)} cross-fitted copies"):
+            if self._batched_copies():
+                weights = training_weights([train for train, _ in folds], n)
+                with internal_fits():
+                    models = clone(self).set_params(**self._copy_params())._fit_copies(X, labels, weights,
+                                                                                       self.classes_)
+                parts += [scored(model, test) for model, (_, test) in zip(models, folds)]
+            else:
+                workers = self._fold_workers(len(folds))
 
-            def fold(j, train, test):
-                # One after another (a verbose model), each copy's progress lines name its fold.
-                label = prefix(f"calibration fold {j + 1}/{len(folds)}") if workers == 1 else contextlib.nullcontext()
-                with internal_fits(), label:
-                    if self._zero_weight_drops_row:
-                        model = self._fit_copy(X, labels, training_weights([train], n)[0])
-                    else:
-                        model = self._fit_copy(_rows(X, train), labels[train], None)
-                return scored(model, test)
+                def fold(j, train, test):
+                    # One after another (a verbose model), each copy's progress lines name its fold.
+                    label = (prefix(f"calibration fold {j + 1}/{len(folds)}") if workers == 1
+                             else contextlib.nullcontext())
+                    with internal_fits(), label:
+                        if self._zero_weight_drops_row:
+                            model = self._fit_copy(X, labels, training_weights([train], n)[0])
+                        else:
+                            model = self._fit_copy(_rows(X, train), labels[train], None)
+                    return scored(model, test)
 
-            parts += run_folds(fold, [(j, *f) for j, f in enumerate(folds)], workers)
+                parts += run_folds(fold, [(j, *f) for j, f in enumerate(folds)], workers)
         values = np.empty((n,) + parts[-1][1].shape[1:])
         anchor = np.empty(n, dtype=np.int64)
         for rows, part_values, part_anchor in parts:
