@@ -592,6 +592,22 @@ def classes_separated(X, codes, sw, n_classes) -> bool:
     return linprog(np.zeros(d + n_b), A_ub=A, b_ub=rhs, bounds=(None, None), method="highs").status == 0
 
 
+def warn_if_separated(est, X, codes, sw, remedy) -> bool:
+    """After a maximum-likelihood fit of ``est`` that stopped at its iteration cap: when the
+    columns ``X`` separate the classes completely (:func:`classes_separated`), warn
+    (``ConvergenceWarning``) that the estimate does not exist, which is why the fit could
+    not converge, ending with ``remedy``; returns whether it warned.  (Where the Hessian
+    there is not yet numerically singular, :func:`warn_if_undetermined` cannot tell.)"""
+    if X.shape[1] == 0 or not classes_separated(X, codes, sw, len(est.classes_)):
+        return False
+    warn_user(f"{type(est).__name__}.fit: stopped at the iteration cap (status MAX_ITER) because the columns "
+              "separate the classes completely (a linear score puts every training row inside its class's "
+              "interval): the likelihood rises without bound along it and the maximum-likelihood estimate "
+              "does not exist, so the estimates, their sds and p-values mean nothing and probabilities near "
+              f"0 or 1 are overconfident. {remedy}", ConvergenceWarning)
+    return True
+
+
 def check_level(level):
     """A credible level in (0, 1)."""
     if not 0.0 < level < 1.0:

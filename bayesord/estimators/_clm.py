@@ -37,6 +37,7 @@ from ._base import (
     proba_from_log,
     solver_tol,
     threshold_names,
+    warn_if_separated,
     warn_if_undetermined,
 )
 from ._formula import check_formula_data, design_matrix, formula_rows, predictors, split_formula
@@ -264,18 +265,24 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         X, codes, sw = self._validate_fit(X, y, sample_weight, classes)
         names = getattr(self, "feature_names_in_", None)
         config = self._config(len(self.classes_))
-        columns = clm_columns(*self._resolve(names, X.shape[1]))
+        location, nominal, scale = self._resolve(names, X.shape[1])
+        columns = clm_columns(location, nominal, scale)
         self._train = (X, codes, sw)  # for nominal_test and scale_test (not saved)
         res = self._fit_columns(columns, config)
         capped = int(res.status) == Status.MAX_ITER
         drift = capped and np.sum(np.sqrt(np.abs(np.diag(res.cov))) > 10 * np.maximum(1.0, np.abs(_natural_vector(res))))
-        if drift:
+        # Columns that separate the classes with one slope do so for nominal and scale
+        # effects too (their special case), so the estimate exists with neither.
+        separated = capped and self.alpha == 0 and warn_if_separated(
+            self, X[:, sorted(set(location) | set(nominal))], codes, sw,
+            "Give alpha > 0, or use OrdinalProbit, whose prior determines every coefficient")
+        if drift and not separated:
             warn_user(f"{type(self).__name__}.fit: stopped at the iteration cap with {drift} estimates "
                       "drifting off (sds over 10 times their size): the maximum-likelihood estimate does not "
                       "exist, typically because a class never occurs at a level of a nominal or scale column. "
                       "Merge sparse classes or levels, or take the column out of nominal/scale",
                       ConvergenceWarning)
-        else:
+        elif not separated:
             check_status(res.status, f"{type(self).__name__}.fit")
             if self.alpha == 0:  # maximum likelihood: R's check of the fit's own parameters
                 warn_if_undetermined(self, res.eta_cov, X, sw, "use OrdinalProbit, whose prior determines "

@@ -19,7 +19,7 @@ from .._mixed import (
     sample_class_probs_mixed,
 )
 from .._shapes import bucket_rows, pad_rows
-from .._status import check_status
+from .._status import Status, check_status
 from .._validation import float_dtype
 from ._base import (
     BAYES_ONE_CLASS_HINT,
@@ -38,6 +38,7 @@ from ._base import (
     proba_from_log,
     solver_tol,
     threshold_names,
+    warn_if_separated,
 )
 from ._formula import check_formula_data, design_matrix, group_columns, predictors, slope_columns, split_formula
 from ._uncertainty import UncertaintyMixin
@@ -311,11 +312,14 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
                               factors)
         n = X.shape[0]
         g = np.column_stack(g) if several else g[0]
-        X, codes, g, sw = pad_rows(bucket_rows(n), X, codes, g, sw, dtype=dtype)
-        res = _fit_program(X.shape[0])(X, codes, g, sw, solver_tol(self.tol, dtype), config=config)
-        check_status(res.status, "OrdinalMixed.fit")
+        rows = pad_rows(bucket_rows(n), X, codes, g, sw, dtype=dtype)
+        res = _fit_program(rows[0].shape[0])(*rows, solver_tol(self.tol, dtype), config=config)
+        # Fixed-effect columns that separate the classes do so with every group effect at 0.
+        if not (int(res.status) == Status.MAX_ITER and warn_if_separated(
+                self, X, codes, sw, "Drop or merge the columns or levels that separate the classes")):
+            check_status(res.status, "OrdinalMixed.fit")
         return self._finish_fit(jax.tree_util.tree_map(np.asarray, res), levels if several else levels[0],
-                                binary_columns(X[:n]), factors)
+                                binary_columns(X), factors)
 
     def _finish_fit(self, res, levels, binary, factors=None):
         """Set the fitted attributes from a result whose group arrays are padded past
