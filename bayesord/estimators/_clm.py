@@ -273,8 +273,8 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         drift = capped and np.sum(np.sqrt(np.abs(np.diag(res.cov))) > 10 * np.maximum(1.0, np.abs(_natural_vector(res))))
         # Columns that separate the classes with one slope do so for nominal and scale
         # effects too (their special case), so the estimate exists with neither.
-        separated = capped and self.alpha == 0 and warn_if_separated(
-            self, X[:, sorted(set(location) | set(nominal))], codes, sw,
+        separated = self.alpha == 0 and int(res.status) in (Status.SUCCESS, Status.MAX_ITER) and warn_if_separated(
+            self, X[:, sorted(set(location) | set(nominal))], codes, sw, float(res.loglik), capped,
             "Give alpha > 0, or use OrdinalProbit, whose prior determines every coefficient")
         if drift and not separated:
             warn_user(f"{type(self).__name__}.fit: stopped at the iteration cap with {drift} estimates "

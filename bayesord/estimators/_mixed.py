@@ -315,8 +315,9 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         rows = pad_rows(bucket_rows(n), X, codes, g, sw, dtype=dtype)
         res = _fit_program(rows[0].shape[0])(*rows, solver_tol(self.tol, dtype), config=config)
         # Fixed-effect columns that separate the classes do so with every group effect at 0.
-        if not (int(res.status) == Status.MAX_ITER and warn_if_separated(
-                self, X, codes, sw, "Drop or merge the columns or levels that separate the classes")):
+        if not (int(res.status) in (Status.SUCCESS, Status.MAX_ITER) and warn_if_separated(
+                self, X, codes, sw, float(res.loglik), int(res.status) == Status.MAX_ITER,
+                "Drop or merge the columns or levels that separate the classes")):
             check_status(res.status, "OrdinalMixed.fit")
         return self._finish_fit(jax.tree_util.tree_map(np.asarray, res), levels if several else levels[0],
                                 binary_columns(X), factors)

@@ -40,6 +40,7 @@ from ._base import (
     proba_from_log,
     solver_tol,
     threshold_names,
+    warn_if_separated,
     warn_if_undetermined,
 )
 from ._uncertainty import UncertaintyMixin
@@ -194,15 +195,12 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         rows = pad_rows(bucket_rows(X.shape[0]), X, codes, sw, dtype=dtype)
         res = _fit_program(rows[0].shape[0])(*rows, alpha.astype(dtype), solver_tol(self.tol, dtype),
                                              config=self._config(), n_classes=len(self.classes_))
-        res = jax.tree_util.tree_map(np.asarray, res)
-        separation = self._separation(res, X, codes, sw)
-        if separation:
-            warn_user(f"OrdinalProbit.fit: {separation}", ConvergenceWarning)
-        self._adopt(res, X, sw, alpha, checked=bool(separation))
+        self._adopt(jax.tree_util.tree_map(np.asarray, res), X, codes, sw, alpha)
         return self
 
-    def _separation(self, res, X, codes, sw):
-        """Why an evidence fit's prior has no optimum (a phrase for a warning), or None.
+    def _warn_if_no_evidence_optimum(self, res, X, codes, sw):
+        """Warn (``ConvergenceWarning``) when an evidence fit's prior has no optimum; returns
+        whether it warned.
 
         Where the columns separate the classes completely, the Laplace evidence keeps
         rising as the prior precision falls toward 0: the search drifts until its tolerance
@@ -210,35 +208,42 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         (:func:`classes_separated`, a linear program) only when the search ended with some
         ``alpha`` below :data:`_SEPARATION_ALPHA`.
         """
-        if self.thresholds != "evidence" or np.min(res.alpha) >= _SEPARATION_ALPHA:
-            return None
-        if int(res.status) not in (Status.SUCCESS, Status.MAX_ITER) or not classes_separated(
-                X, codes, sw, len(self.classes_)):
-            return None
+        if np.min(res.alpha) >= _SEPARATION_ALPHA or not classes_separated(X, codes, sw, len(self.classes_)):
+            return False
         j = int(np.argmin(res.alpha))
         column = ""
         if self.prior == "ard":
             names = getattr(self, "feature_names_in_", None)
             column = f" for column {names[j]!r}" if names is not None else f" for column {j}"
-        return (f"the columns separate the classes completely (a linear score puts every training row "
-                f"inside its class's interval), so the evidence keeps rising as the prior weakens. The "
-                f"search ended at alpha = {res.alpha[j]:.1e}{column} (a prior sd of "
-                f"{res.alpha[j] ** -0.5:.0f} per column sd) after {int(res.n_iter)} steps, and the "
-                "coefficients, their sds and the probabilities near 0 or 1 depend on where it stopped, "
-                "not on the data. Fix the prior instead, e.g. OrdinalProbit(thresholds='joint', "
-                "alpha=1.0), or drop the columns that separate the classes")
+        warn_user(f"OrdinalProbit.fit: the columns separate the classes completely (a linear score puts every "
+                  f"training row inside its class's interval), so the evidence keeps rising as the prior "
+                  f"weakens. The search ended at alpha = {res.alpha[j]:.1e}{column} (a prior sd of "
+                  f"{res.alpha[j] ** -0.5:.0f} per column sd) after {int(res.n_iter)} steps, and the "
+                  "coefficients, their sds and the probabilities near 0 or 1 depend on where it stopped, "
+                  "not on the data. Fix the prior instead, e.g. OrdinalProbit(thresholds='joint', "
+                  "alpha=1.0), or drop the columns that separate the classes", ConvergenceWarning)
+        return True
 
-    def _adopt(self, res, X, sw, alpha, checked=False):
-        """Take a fit's result (NumPy arrays) as this estimator's, fitted on ``X`` with
-        weights ``sw`` and prior precision ``alpha``; ``checked``: the fit's status was
-        already reported."""
-        if not checked:
+    def _adopt(self, res, X, codes, sw, alpha):
+        """Take a fit's result (NumPy arrays) as this estimator's, fitted on ``X`` (codes
+        ``codes``) with weights ``sw`` and prior precision ``alpha``, and report its status:
+        completely separated classes, where they leave the fit without an optimum, in one
+        warning that says so (instead of the bare iteration cap)."""
+        ml = self.thresholds == "joint" and np.any(alpha == 0)  # maximum likelihood
+        reported = False
+        if int(res.status) in (Status.SUCCESS, Status.MAX_ITER):
+            if ml:
+                reported = warn_if_separated(self, X, codes, sw, float(res.loglik), int(res.status) == Status.MAX_ITER,
+                                             "Use thresholds='evidence' (the default) or alpha > 0")
+            elif self.thresholds == "evidence":
+                reported = self._warn_if_no_evidence_optimum(res, X, codes, sw)
+        if not reported:
             check_status(res.status, "OrdinalProbit.fit")
         self._set_result(res)
         self.log_evidence_ = float(res.log_evidence)
         self.n_iter_ = int(res.n_iter)
         self.converged_ = bool(res.converged)
-        if self.thresholds == "joint" and np.any(alpha == 0):  # maximum likelihood: R's clm check
+        if ml and not reported:  # R's clm check
             warn_if_undetermined(self, self._standardised_cov(), X, sw, "use thresholds='evidence' (the "
                                  "default), whose tuned prior keeps every coefficient finite")
 
@@ -265,7 +270,7 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         res = program(X_pad, codes_pad, w_pad, alpha.astype(dtype), solver_tol(template.tol, dtype),
                       config=template._config(), n_classes=len(classes))
         return copies_of_batch(template, res, weights.shape[0],
-                               lambda fitted, r, j: fitted._adopt(r, X, weights[j], alpha))
+                               lambda fitted, r, j: fitted._adopt(r, X, codes, weights[j], alpha))
 
     def _standardised_cov(self):
         """The joint posterior covariance of the standardised coefficients and the centred
