@@ -658,8 +658,13 @@ def _print_fit(model, frame, y, args):
         counts = ", ".join(f"{c}: {np.sum(model.transduction_ == c)}" for c in model.classes_)
         print(f"unlabeled rows {len(model.transduction_)}: {counts}; {model.n_swaps_} swaps, "
               f"{model.n_retrains_} retrainings")
-    print(f"iterations {np.asarray(model.n_iter_).tolist()}; converged {np.asarray(model.converged_).tolist()}; "
-          f"saved to {args.out}")
+    if hasattr(model, "mistakes_"):  # a perceptron: its epochs are all it runs, converged or not
+        stop = "; it stopped at an epoch without updates" if model.converged_ else ""
+        print(f"epochs {model.n_iter_}; {int(model.mistakes_[-1])} online mistakes in the last epoch{stop}; "
+              f"saved to {args.out}")
+    else:
+        print(f"iterations {np.asarray(model.n_iter_).tolist()}; converged {np.asarray(model.converged_).tolist()}; "
+              f"saved to {args.out}")
 
 
 def _predict(args) -> int:

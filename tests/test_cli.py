@@ -407,6 +407,9 @@ def test_every_model_fits_from_the_command_as_in_python(tmp_path, capsys, model,
         fitted = load_model(path)
         assert type(fitted) is cls and list(fitted.classes_) == ["lo", "mid", "hi"]
         assert "training rows 80: MAE" in text and f"saved to {path}" in text
+        # A perceptron runs its epochs (converged_ means an epoch without updates, when asked).
+        assert ("converged" in text) is (model not in ("cusum", "prank"))
+        assert ("epochs 10; " in text and "online mistakes in the last epoch" in text) is (model in ("cusum", "prank"))
         assert ("standardised the 2 feature columns" in text) is standardize
         if standardize:
             np.testing.assert_allclose(fitted.input_center_, frame.mean(), rtol=1e-12)
