@@ -412,13 +412,16 @@ def _formula_class(args):
 
 
 def _fit_formula(args) -> int:
-    """``fit --formula``: the raw CSV through the formula (text columns coded by it)."""
-    if args.unlabeled is not None or args.calibrate_on is not None:
-        raise ValueError("--formula takes neither --unlabeled nor --calibrate-on")
+    """``fit --formula``: the raw CSV through the formula (text columns coded by it); held-out
+    calibration rows (``--calibrate-on``) go through the same coding."""
+    if args.unlabeled is not None:
+        raise ValueError("--unlabeled does not go with --formula: code the text columns as numbers in "
+                         "both files and fit without --formula")
     frame = _feature_frame(args.data, None, None, "DATA")
-    out = _output_path(args.out, "--out", {"DATA": args.data}, args.force)
+    calibration = _calibration_rows(args, list(frame.columns), formula=True)
+    out = _output_path(args.out, "--out", {"DATA": args.data, "--calibrate-on": args.calibrate_on}, args.force)
     cls = _formula_class(args)
-    if args.calibrate is not None and not hasattr(cls, "calibrate"):
+    if (args.calibrate is not None or calibration is not None) and not hasattr(cls, "calibrate"):
         raise ValueError(f"--calibrate: {cls.__name__} has no conformal calibration yet")
     params = _model_params(args, cls)
     extra = {name: getattr(args, name) for name in ("nominal", "scale") if getattr(args, name)}
@@ -427,6 +430,9 @@ def _fit_formula(args) -> int:
     from .estimators._formula import has_group_term, split_formula
 
     response = split_formula(args.formula, group_term=has_group_term(args.formula))[0]
+    if calibration is not None and response not in calibration[0].columns:
+        raise ValueError(f"argument --calibrate-on: {args.calibrate_on} has no column {response!r} (the "
+                         "formula's response), which calibration needs")
     if response in frame.columns:
         classes = _parse_classes(args.classes, frame[response], response)
         if classes is not None:
@@ -444,7 +450,9 @@ def _fit_formula(args) -> int:
         _progress.show(_fitted_line(name, time.perf_counter() - t0, compiling, _solver_lines(model)), final=True)
     for w in dict.fromkeys(str(w.message) for w in caught):
         _warning_line("fit", w)
-    if args.calibrate is not None:
+    if calibration is not None:
+        _calibrate(model, frame, None, (calibration[0], calibration[0][response]), args)
+    elif args.calibrate is not None:
         _calibrate(model, frame, frame[response], None, args)
     with _replacing(out) as tmp:
         model.save(tmp)
@@ -515,8 +523,9 @@ def _fit(args) -> int:
     return 0
 
 
-def _calibration_rows(args, names):
-    """The held-out rows of ``--calibrate-on`` as (raw feature frame, labels), or None."""
+def _calibration_rows(args, names, formula=False):
+    """The held-out rows of ``--calibrate-on`` as (raw feature frame, labels), or None; for a
+    formula fit, (its frame, None): the formula names the columns it reads."""
     if args.calibrate_on is None:
         return None
     if args.calibrate is not None:
@@ -526,6 +535,8 @@ def _calibration_rows(args, names):
         raise ValueError("argument --calibrate-on: that is the DATA file, but split conformal needs "
                          "rows the model was not fitted on; use --calibrate K to calibrate on the "
                          "training rows by cross-fitting")
+    if formula:
+        return _feature_frame(args.calibrate_on, None, None, "--calibrate-on"), None
     X, y, cal_names = _read_table(args.calibrate_on, args.target, "--calibrate-on")
     if list(cal_names) != list(names):
         raise ValueError(f"argument --calibrate-on: {args.calibrate_on} has feature columns "
@@ -546,7 +557,9 @@ def _calibrate(model, raw, y, calibration, args):
         X_cal, y_cal, cv = raw, y, args.calibrate
     else:
         how = f"the {len(calibration[1])} held-out rows of {args.calibrate_on}"
-        X_cal, y_cal, cv = pd.DataFrame(calibration[0], columns=raw.columns), calibration[1], None
+        X_cal, y_cal, cv = calibration[0], calibration[1], None
+        if not isinstance(X_cal, pd.DataFrame):
+            X_cal = pd.DataFrame(X_cal, columns=raw.columns)
     if args.progress:
         _progress.show(f"fit: calibrating {name} by {how} ...")
     with warnings.catch_warnings(record=True) as caught:
@@ -828,13 +841,13 @@ def _parser():
     f.add_argument("--classes", help="comma-separated labels from lowest to highest")
     f.add_argument("--unlabeled", metavar="CSV",
                    help="tor: CSV file of unlabeled rows with the same feature columns (a target "
-                        "column there is ignored)")
+                        "column there is ignored); not with --formula")
     f.add_argument("--calibrate", type=_fold_count, metavar="K",
                    help="calibrate prediction sets (and the margin models' probabilities) by "
                         "K-fold cross-fitting on the training rows (K more fits)")
     f.add_argument("--calibrate-on", metavar="CSV",
                    help="calibrate them on held-out labelled rows instead (split conformal: "
-                        "coverage guaranteed on exchangeable rows)")
+                        "coverage guaranteed on exchangeable rows); with --formula, coded by it")
     f.add_argument("--formula", metavar="FORMULA",
                    help="fit from a formula on the CSV's columns as they are, e.g. "
                         "'rating ~ temp + contact' or 'y ~ .' (text columns coded as treatment "

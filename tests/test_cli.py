@@ -223,6 +223,43 @@ def test_fit_from_a_formula_on_raw_text_columns(tmp_path, datasets_dir, capsys):
     assert "belong to the probit family" in capsys.readouterr().err
 
 
+def test_a_formula_fit_calibrates_on_held_out_rows_coded_as_its_own(tmp_path, capsys):
+    """``fit --formula --calibrate-on CSV`` codes the held-out rows through the formula (a text
+    column, raw scales): the saved model's sets and probabilities are those of the same model
+    fitted and calibrated in Python.  A file without the response is refused before fitting,
+    and so is --unlabeled, with what to do instead."""
+    from bayesord import CuSumRank, load_model
+
+    X, y, _ = make_ordinal_probit(900, 2, 4, seed=3)
+    frame = pd.DataFrame({"dose": X[:, 0] * 40 + 300, "age": X[:, 1] * 9 + 50,
+                          "site": np.array(["north", "south", "east"])[np.arange(900) % 3], "y": y})
+    paths = {}
+    for name, rows in (("train", slice(0, 300)), ("cal", slice(300, 600)), ("test", slice(600, 900))):
+        paths[name] = tmp_path / f"{name}.csv"
+        frame[rows].to_csv(paths[name], index=False)
+    model_path = tmp_path / "m.npz"
+    assert main(["fit", str(paths["train"]), "--formula", "y ~ .", "--model", "cusum", "--seed", "0",
+                 "--calibrate-on", str(paths["cal"]), "--out", str(model_path), "--quiet"]) == 0
+    assert "on the 300 held-out rows of" in capsys.readouterr().out
+    ref = CuSumRank.from_formula("y ~ .", frame[:300], random_state=0)
+    ref.calibrate(frame[300:600], frame["y"][300:600], random_state=0)
+    test = frame[600:]
+    out = tmp_path / "p.csv"
+    assert main(["predict", str(model_path), str(paths["test"]), "--set", "0.1", "--proba", "--out", str(out)]) == 0
+    got = pd.read_csv(out)
+    lower, upper = ref.predict_set(test, 0.1)
+    np.testing.assert_array_equal(got["set lower (alpha=0.1)"], lower)
+    np.testing.assert_array_equal(got["set upper (alpha=0.1)"], upper)
+    np.testing.assert_allclose(got[[f"P({k})" for k in range(1, 5)]], ref.predict_proba(test), rtol=1e-10)
+    np.testing.assert_array_equal(load_model(model_path).predict_set(test, 0.1)[0], lower)
+    frame[300:600].drop(columns="y").to_csv(tmp_path / "no_y.csv", index=False)
+    for extra, match in ((["--calibrate-on", str(tmp_path / "no_y.csv")], "has no column 'y'"),
+                         (["--model", "tor", "--unlabeled", str(paths["test"])], "code the text columns")):
+        assert main(["fit", str(paths["train"]), "--formula", "y ~ .", "--out", str(tmp_path / "x.npz"),
+                     "--quiet", *extra]) == 2
+        assert match in capsys.readouterr().err and not (tmp_path / "x.npz").exists()
+
+
 def test_compile_seconds_counts_the_programs_made_inside_the_block():
     import jax
     import jax.numpy as jnp
