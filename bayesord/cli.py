@@ -395,9 +395,6 @@ def _formula_class(args):
     if args.model != "probit" and (grouped or args.nominal or args.scale):
         raise ValueError(f"group terms, --nominal and --scale belong to the probit family (OrdinalMixed, "
                          f"CumulativeLinkModel), not --model {args.model}")
-    if args.model == "tor":
-        raise ValueError("--formula does not code tor's unlabeled rows: code the text columns of both "
-                         "files yourself and use --unlabeled")
     if grouped and (args.nominal or args.scale):
         raise ValueError("--nominal and --scale do not combine with a group term (the mixed model has "
                          "neither)")
@@ -413,17 +410,20 @@ def _formula_class(args):
 
 def _fit_formula(args) -> int:
     """``fit --formula``: the raw CSV through the formula (text columns coded by it); held-out
-    calibration rows (``--calibrate-on``) go through the same coding."""
-    if args.unlabeled is not None:
-        raise ValueError("--unlabeled does not go with --formula: code the text columns as numbers in "
-                         "both files and fit without --formula")
+    calibration rows (``--calibrate-on``) and TOR's unlabeled rows go through the same coding."""
+    if args.unlabeled is not None and args.model != "tor":
+        raise ValueError(f"--unlabeled applies to --model tor, not {args.model}")
     frame = _feature_frame(args.data, None, None, "DATA")
     calibration = _calibration_rows(args, list(frame.columns), formula=True)
-    out = _output_path(args.out, "--out", {"DATA": args.data, "--calibrate-on": args.calibrate_on}, args.force)
+    unlabeled = None if args.unlabeled is None else _feature_frame(args.unlabeled, None, None, "--unlabeled")
+    out = _output_path(args.out, "--out", {"DATA": args.data, "--unlabeled": args.unlabeled,
+                                           "--calibrate-on": args.calibrate_on}, args.force)
     cls = _formula_class(args)
     if (args.calibrate is not None or calibration is not None) and not hasattr(cls, "calibrate"):
         raise ValueError(f"--calibrate: {cls.__name__} has no conformal calibration yet")
     params = _model_params(args, cls)
+    if unlabeled is not None:
+        params["X_unlabeled"] = unlabeled
     extra = {name: getattr(args, name) for name in ("nominal", "scale") if getattr(args, name)}
     # The models without a formula of their own standardise their coded columns as fit does.
     standardize = {} if args.model == "probit" else {"standardize": args.standardize and cls._scale_sensitive}
@@ -841,7 +841,7 @@ def _parser():
     f.add_argument("--classes", help="comma-separated labels from lowest to highest")
     f.add_argument("--unlabeled", metavar="CSV",
                    help="tor: CSV file of unlabeled rows with the same feature columns (a target "
-                        "column there is ignored); not with --formula")
+                        "column there is ignored); with --formula, coded by it")
     f.add_argument("--calibrate", type=_fold_count, metavar="K",
                    help="calibrate prediction sets (and the margin models' probabilities) by "
                         "K-fold cross-fitting on the training rows (K more fits)")

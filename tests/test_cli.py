@@ -226,9 +226,9 @@ def test_fit_from_a_formula_on_raw_text_columns(tmp_path, datasets_dir, capsys):
 def test_a_formula_fit_calibrates_on_held_out_rows_coded_as_its_own(tmp_path, capsys):
     """``fit --formula --calibrate-on CSV`` codes the held-out rows through the formula (a text
     column, raw scales): the saved model's sets and probabilities are those of the same model
-    fitted and calibrated in Python.  A file without the response is refused before fitting,
-    and so is --unlabeled, with what to do instead."""
-    from bayesord import CuSumRank, load_model
+    fitted and calibrated in Python, and TOR's unlabeled rows are coded the same way.  A file
+    without the response is refused before fitting, and so is --unlabeled for another model."""
+    from bayesord import CuSumRank, TransductiveOrdinalRegression, load_model
 
     X, y, _ = make_ordinal_probit(900, 2, 4, seed=3)
     frame = pd.DataFrame({"dose": X[:, 0] * 40 + 300, "age": X[:, 1] * 9 + 50,
@@ -253,8 +253,14 @@ def test_a_formula_fit_calibrates_on_held_out_rows_coded_as_its_own(tmp_path, ca
     np.testing.assert_allclose(got[[f"P({k})" for k in range(1, 5)]], ref.predict_proba(test), rtol=1e-10)
     np.testing.assert_array_equal(load_model(model_path).predict_set(test, 0.1)[0], lower)
     frame[300:600].drop(columns="y").to_csv(tmp_path / "no_y.csv", index=False)
+    tor_path = tmp_path / "tor.npz"
+    assert main(["fit", str(paths["train"]), "--formula", "y ~ .", "--model", "tor", "--seed", "0",
+                 "--unlabeled", str(paths["test"]), "--out", str(tor_path), "--quiet"]) == 0
+    tor = TransductiveOrdinalRegression.from_formula("y ~ .", frame[:300], X_unlabeled=test, random_state=0)
+    np.testing.assert_array_equal(load_model(tor_path).transduction_, tor.transduction_)
+    np.testing.assert_array_equal(load_model(tor_path).predict(test), tor.predict(test))
     for extra, match in ((["--calibrate-on", str(tmp_path / "no_y.csv")], "has no column 'y'"),
-                         (["--model", "tor", "--unlabeled", str(paths["test"])], "code the text columns")):
+                         (["--model", "cusum", "--unlabeled", str(paths["test"])], "applies to --model tor")):
         assert main(["fit", str(paths["train"]), "--formula", "y ~ .", "--out", str(tmp_path / "x.npz"),
                      "--quiet", *extra]) == 2
         assert match in capsys.readouterr().err and not (tmp_path / "x.npz").exists()

@@ -122,6 +122,9 @@ class OrdinalEstimator(BaseEstimator):
     _min_features = 1
     # How many thresholds_ a fitted model has beyond K - 1 (one per class: K).
     _extra_thresholds = 0
+    # fit's arguments that take rows besides X (TransductiveOrdinalRegression's
+    # X_unlabeled): from_formula codes a DataFrame given for one as it codes the training rows.
+    _formula_fit_rows = ()
     # What to try when a fit predicts one class for every training row (warn_if_one_class).
     _one_class_hint = ("Standardise the columns, and try a weaker penalty (a larger C) or, for a "
                        "kernel, a width on the data's scale (gamma='scale'); a fit that stopped early "
@@ -146,7 +149,10 @@ class OrdinalEstimator(BaseEstimator):
                 ``bayesord fit`` does.  None (default): for the models whose fit depends on
                 the columns' scales (the margin models; coefficients are then per sd of
                 each coded column), not for those that standardise inside the fit.
-            **params: constructor parameters.
+            **params: constructor parameters, and for a model whose ``fit`` takes more rows
+                (``TransductiveOrdinalRegression``'s ``X_unlabeled``) a DataFrame of them, with
+                the formula's columns (a response column there is ignored), coded and
+                standardised as ``data``.
 
         Returns:
             The fitted estimator.
@@ -154,14 +160,17 @@ class OrdinalEstimator(BaseEstimator):
         response, terms, _, _ = split_formula(formula, group_term=False)
         check_formula_data(formula, data, response)
         X, spec = design_matrix(terms, predictors(data, response))
+        rows = {name: formula_rows(spec, params.pop(name)) for name in cls._formula_fit_rows
+                if params.get(name) is not None}
         model = cls(**params)
         if cls._scale_sensitive if standardize is None else standardize:
             center, scale, constant = column_moments(X.to_numpy(dtype=np.float64))
             scale = np.where(constant, 1.0, scale)
-            model.fit((X - center) / scale, data[response], sample_weight=sample_weight)
+            model.fit((X - center) / scale, data[response], sample_weight=sample_weight,
+                      **{name: (A - center) / scale for name, A in rows.items()})
             set_input_transform(model, center, scale)
         else:
-            model.fit(X, data[response], sample_weight=sample_weight)
+            model.fit(X, data[response], sample_weight=sample_weight, **rows)
         model.formula_ = formula
         model._spec = spec
         return model

@@ -235,6 +235,7 @@ class TransductiveOrdinalRegression(_RedSVMBase):
             converged.
     """
 
+    _formula_fit_rows = ("X_unlabeled",)
     _format = "bayesord.TransductiveOrdinalRegression/2"
     _no_bootstrap = ("its fit labels the unlabeled rows it was given, so a refit on the labeled rows "
                      "alone is not a draw of it")
