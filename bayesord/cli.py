@@ -626,9 +626,11 @@ def _fit_reporting(model, frame, y, classes, unlabeled, args):
 
 def _convergence_advice(model, messages, standardized):
     """One line: what did not converge (which sub-problems, for a model of several) and what to try."""
+    text = "; ".join(dict.fromkeys(messages))
+    if any("separate the classes completely" in m for m in messages):
+        return text  # more iterations cannot help; the message says what can
     converged = np.atleast_1d(np.asarray(model.converged_))
     failed = np.flatnonzero(~converged)
-    text = "; ".join(dict.fromkeys(messages))
     if converged.size > 1 and failed.size:
         labels = ", ".join(str(model.classes_[k]) for k in failed)
         text += (f"; {failed.size} of {converged.size} sub-problems did not converge (the rank "
