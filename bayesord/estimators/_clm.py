@@ -271,8 +271,8 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         res = self._fit_columns(columns, config)
         capped = int(res.status) == Status.MAX_ITER
         drift = capped and np.sum(np.sqrt(np.abs(np.diag(res.cov))) > 10 * np.maximum(1.0, np.abs(_natural_vector(res))))
-        # Columns that separate the classes with one slope do so for nominal and scale
-        # effects too (their special case), so the estimate exists with neither.
+        # Location and nominal columns that separate the classes with one common slope leave
+        # no estimate with nominal or scale effects either (one common slope is a special case).
         separated = self.alpha == 0 and int(res.status) in (Status.SUCCESS, Status.MAX_ITER) and warn_if_separated(
             self, X[:, sorted(set(location) | set(nominal))], codes, sw, float(res.loglik), capped,
             "Give alpha > 0, or use OrdinalProbit, whose prior determines every coefficient")
