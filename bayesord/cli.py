@@ -628,7 +628,10 @@ def _convergence_advice(model, messages, standardized):
     """One line: what did not converge (which sub-problems, for a model of several) and what to try."""
     text = "; ".join(dict.fromkeys(messages))
     if any("separate the classes completely" in m for m in messages):
-        return text  # more iterations cannot help; the message says what can
+        # More iterations cannot help; the message says what can, in Python's words.
+        if getattr(model, "thresholds", None) == "evidence":
+            text += "; on the command line: --thresholds joint --alpha 1"
+        return text
     converged = np.atleast_1d(np.asarray(model.converged_))
     failed = np.flatnonzero(~converged)
     if converged.size > 1 and failed.size:

@@ -268,7 +268,8 @@ def test_a_formula_fit_calibrates_on_held_out_rows_coded_as_its_own(tmp_path, ca
 
 def test_separated_classes_are_not_answered_with_more_iterations(tmp_path, capsys):
     """The evidence fit of separated classes warns why it has no optimum; the command's
-    advice for iteration caps (more iterations) cannot help there and is left out."""
+    advice for iteration caps (more iterations) cannot help there and is left out, and the
+    fix the warning names is given as the command's options, which fit without a warning."""
     x = np.linspace(-2.0, 2.0, 60) * 30.0 + 500.0
     data = tmp_path / "sep.csv"
     pd.DataFrame({"dose": x, "noise": np.cos(np.arange(60.0)), "y": np.digitize(x, [479.0, 518.0])}).to_csv(
@@ -276,6 +277,10 @@ def test_separated_classes_are_not_answered_with_more_iterations(tmp_path, capsy
     assert main(["fit", str(data), "--out", str(tmp_path / "m.npz"), "--quiet"]) == 0
     (line,) = [ln for ln in capsys.readouterr().err.splitlines() if "warning" in ln]
     assert "the columns separate the classes completely" in line and "try more iterations" not in line
+    assert line.endswith("on the command line: --thresholds joint --alpha 1")
+    assert main(["fit", str(data), "--out", str(tmp_path / "j.npz"), "--quiet", "--thresholds", "joint",
+                 "--alpha", "1", "--force"]) == 0
+    assert "warning" not in capsys.readouterr().err  # the fixed prior gives finite coefficients
 
 
 def test_compile_seconds_counts_the_programs_made_inside_the_block():
