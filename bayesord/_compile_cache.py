@@ -197,6 +197,17 @@ def release_programs_if_crowded():
     return crowded
 
 
+def _write_in_cache(path, data):
+    """Write ``data`` (bytes) to ``path`` in the cache folder, whole or not at all (a temporary
+    file renamed, so another process never reads half of it); a cache that cannot be written
+    is left as it is."""
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+
+
 def _probe_marker(options):
     """The file in the on-disk cache that keeps :func:`_options_accepted`'s answer for this
     jax, jaxlib and ``options``, or None without the cache."""
@@ -233,11 +244,7 @@ def _options_accepted(options):
     except (TypeError, RuntimeError):  # jax.jit without compiler_options; an unknown option
         accepted = False
     if marker is not None:
-        with contextlib.suppress(OSError):  # a read-only cache: probed again next time
-            marker.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            tmp = marker.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-            tmp.write_text("accepted" if accepted else "refused")
-            os.replace(tmp, marker)
+        _write_in_cache(marker, b"accepted" if accepted else b"refused")  # read-only: probed again
     return accepted
 
 
@@ -340,13 +347,7 @@ class _StoredFitProgram:
                 return {name: getattr(result, name) for name in fields}
 
             exported = export.export(jax.jit(as_fields))(*leaves)
-            try:
-                path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-                tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-                tmp.write_bytes(exported.serialize())
-                os.replace(tmp, path)
-            except OSError:  # a read-only cache: the program still runs, unstored
-                pass
+            _write_in_cache(path, exported.serialize())  # a read-only cache: the program runs, unstored
         call = jax.jit(exported.call, compiler_options=dict(self.options) if self.options else None)
         self.loaded[key] = call
         return call

@@ -626,8 +626,10 @@ def _fit_reporting(model, frame, y, classes, unlabeled, args):
 
 def _convergence_advice(model, messages, standardized):
     """One line: what did not converge (which sub-problems, for a model of several) and what to try."""
+    from .estimators._base import SEPARATED
+
     text = "; ".join(dict.fromkeys(messages))
-    if any("separate the classes completely" in m for m in messages):
+    if any(SEPARATED in m for m in messages):
         # More iterations cannot help; the message says what can, in Python's words.
         if getattr(model, "thresholds", None) == "evidence":
             text += "; on the command line: --thresholds joint --alpha 1"

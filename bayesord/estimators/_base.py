@@ -583,8 +583,8 @@ def classes_separated(X, codes, sw, n_classes) -> bool:
 
     keep = np.asarray(sw) > 0
     Z, k = np.asarray(X, dtype=np.float64)[keep], np.asarray(codes)[keep]
-    sd = Z.std(axis=0)
-    Z = (Z - Z.mean(axis=0)) / np.where(sd > 0, sd, 1.0)
+    center, scale, constant = column_moments(Z)
+    Z = (Z - center) / np.where(constant, 1.0, scale)
     d, n_b = Z.shape[1], n_classes - 1
     below, above = np.flatnonzero(k < n_b), np.flatnonzero(k > 0)
 
@@ -601,6 +601,9 @@ def classes_separated(X, codes, sw, n_classes) -> bool:
     return linprog(np.zeros(d + n_b), A_ub=A, b_ub=rhs, bounds=(None, None), method="highs").status == 0
 
 
+# What every warning of complete separation says (the command line recognises it by this).
+SEPARATED = ("the columns separate the classes completely (a linear score puts every training row inside "
+             "its class's interval)")
 # A maximum-likelihood fit whose log-likelihood per unit of weight is above this gives its
 # training rows their own classes with probability above 0.95 on average, as it does where the
 # columns separate the classes; only such fits (and fits at their cap) are checked for it.
@@ -622,12 +625,10 @@ def warn_if_separated(est, X, codes, sw, loglik, capped, remedy) -> bool:
         return False
     if not classes_separated(X, codes, sw, len(est.classes_)):
         return False
-    why = ("stopped at the iteration cap (status MAX_ITER) because the columns separate the classes"
-           if capped else "the columns separate the classes")
-    warn_user(f"{type(est).__name__}.fit: {why} completely (a linear score puts every training row inside "
-              "its class's interval): the likelihood rises without bound along it and the maximum-likelihood "
-              "estimate does not exist, so the estimates, their sds and p-values mean nothing and "
-              f"probabilities near 0 or 1 are overconfident. {remedy}", ConvergenceWarning)
+    why = f"stopped at the iteration cap (status MAX_ITER) because {SEPARATED}" if capped else SEPARATED
+    warn_user(f"{type(est).__name__}.fit: {why}: the likelihood rises without bound along it and the "
+              "maximum-likelihood estimate does not exist, so the estimates, their sds and p-values mean "
+              f"nothing and probabilities near 0 or 1 are overconfident. {remedy}", ConvergenceWarning)
     return True
 
 

@@ -26,6 +26,7 @@ from .._status import Status, check_status, warn_user
 from .._validation import float_dtype
 from ._base import (
     BAYES_ONE_CLASS_HINT,
+    SEPARATED,
     OrdinalEstimator,
     SavableMixin,
     binary_columns,
@@ -215,8 +216,7 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         if self.prior == "ard":
             names = getattr(self, "feature_names_in_", None)
             column = f" for column {names[j]!r}" if names is not None else f" for column {j}"
-        warn_user(f"OrdinalProbit.fit: the columns separate the classes completely (a linear score puts every "
-                  f"training row inside its class's interval), so the evidence keeps rising as the prior "
+        warn_user(f"OrdinalProbit.fit: {SEPARATED}, so the evidence keeps rising as the prior "
                   f"weakens. The search ended at alpha = {res.alpha[j]:.1e}{column} (a prior sd of "
                   f"{res.alpha[j] ** -0.5:.0f} per column sd) after {int(res.n_iter)} steps, and the "
                   "coefficients, their sds and the probabilities near 0 or 1 depend on where it stopped, "

@@ -46,8 +46,7 @@ class _RedSVMBase(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
                 "to rounding) can be the exact optimum at every C where the classes overlap much "
                 "(for the hinge, a degenerate SVM solution: Rifkin, Pontil & Verri, 1999), and a "
                 "larger C then changes nothing: loss='logistic' or 'squared_hinge' finds the "
-                "signal.  Otherwise standardise the columns and try a larger C; a fit that stopped "
-                "early (converged_ False) can do this too.")
+                f"signal.  Where the weights are not zero: {OrdinalEstimator._one_class_hint}")
 
     def _check_params(self):
         _check_positive(self.C, "C")
