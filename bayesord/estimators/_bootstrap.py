@@ -95,8 +95,7 @@ class BootstrapMixin(UncertaintyMixin):
             raise ValueError(f"n_draws must be an integer >= 2, got {n_draws!r}")
         codes = self._encode_y(y, np.shape(X)[0])
         labels = np.asarray(self.classes_)[codes]
-        if getattr(self, "input_center_", None) is not None:
-            X = (np.asarray(X, dtype=np.float64) - self.input_center_) / self.input_scale_
+        X = self._copy_rows(X)  # a formula's coding and the input transform, as the fit's
         n = codes.shape[0]
         weights = n * np.random.default_rng(random_state).dirichlet(np.ones(n), size=int(n_draws))
         models = self._weighted_refits(X, labels, weights)
