@@ -332,6 +332,23 @@ def test_a_bootstrap_says_once_how_many_refits_did_not_converge(make):
     assert est.bootstrap_draws_["coef_"].shape[0] == 4
 
 
+def test_npsvor_bootstrap_draws_are_solved_past_the_solvers_own_error():
+    """The same weights refitted in two coordinate orders: the draws differ by a small share
+    of their spread (at the fit's tol = 0.1 the difference was about the spread itself)."""
+    draws = [_fit(NPSVOR(random_state=seed)).bootstrap(X_STD[TRAIN], Y_ALL[TRAIN], n_draws=12, random_state=0)
+             .bootstrap_draws_["coef_"] for seed in (0, 1)]
+    solver_sd = np.sqrt(np.mean((draws[0] - draws[1]) ** 2, axis=0) / 2)
+    assert np.all(solver_sd < 0.25 * draws[0].std(axis=0)), solver_sd / draws[0].std(axis=0)
+
+
+def test_swapped_pairs_bootstrap_draws_are_solved_past_the_solvers_own_error():
+    """Draws under the default epsilon against the same weights' refits to 1e-7."""
+    draws = [_fit(SwappedPairsSVM(epsilon=eps)).bootstrap(X_STD[TRAIN], Y_ALL[TRAIN], n_draws=20, random_state=0)
+             .bootstrap_draws_["coef_"] for eps in (1e-3, 1e-7)]
+    error = np.sqrt(np.mean((draws[0] - draws[1]) ** 2, axis=0))
+    assert np.all(error < 0.25 * draws[1].std(axis=0)), error / draws[1].std(axis=0)
+
+
 @pytest.mark.slow
 def test_the_bootstrap_spread_matches_the_spread_over_fresh_data_sets():
     """The Bayesian bootstrap from one data set against the sampling distribution itself:
