@@ -56,9 +56,6 @@ _ONLINE_WEIGHTS = ("online updates: a weight scales the row's step, which is not
 _ONLINE = {
     "check_sample_weight_equivalence_on_dense_data": _ONLINE_WEIGHTS,
     "check_sample_weight_equivalence_on_sparse_data": _ONLINE_WEIGHTS,
-    "check_n_features_in_after_fitting":
-        "the check calls partial_fit without classes=; the first call needs every rank "
-        "declared (as SGDClassifier's does), which the check only passes to classifiers",
 }
 _BASIS_ON_ROWS = {
     "check_sample_weight_equivalence_on_dense_data":
@@ -75,14 +72,36 @@ _NULL_MODEL = {
 }
 
 
+# Checks of a classifier (scikit-learn sees every estimator as one, so that its CV splits
+# by class) that assume unordered classes.
+_ORDERED_CLASSES = {
+    "check_classifiers_classes":
+        "the check's string labels ('one', 'two', 'three') have no order, and strings are never "
+        "sorted alphabetically: classes=[...] must give it",
+    "check_classifiers_train":
+        "the check's three blobs lie in no order along any direction, so a model of ordered "
+        "classes cannot reach the accuracy it asks (0.83)",
+    "check_classifiers_regression_target":
+        "ordered labels may be any numbers: a continuous target is taken as that many ordered "
+        "classes, not refused",
+    "check_supervised_y_2d":
+        "y of shape (n, 1) is refused with a clear error (use y.ravel()), not raveled with a warning",
+}
+_PREDICTIVE_VARIANCE = {
+    "check_decision_proba_consistency":
+        "decision_function is the latent mean, while predict_proba also integrates over the "
+        "posterior variance of each row, so the two need not rank rows alike",
+}
+
+
 def _expected_failures(estimator):
     if isinstance(estimator, (CuSumRank, PRank)):
-        return _ONLINE
+        return _ORDERED_CLASSES | _ONLINE
     if isinstance(estimator, CumulativeLinkModel):
-        return _NULL_MODEL
+        return _ORDERED_CLASSES | _NULL_MODEL
     if isinstance(estimator, ISBOR):
-        return _BASIS_ON_ROWS
-    return {}
+        return _ORDERED_CLASSES | _BASIS_ON_ROWS | _PREDICTIVE_VARIANCE
+    return _ORDERED_CLASSES
 
 
 _last_model = [None]

@@ -27,6 +27,7 @@ import scipy.sparse as sp
 from scipy.special import logsumexp
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils import ClassifierTags
 from sklearn.utils.validation import check_is_fitted
 
 from .._compile_cache import release_programs_if_crowded
@@ -229,6 +230,8 @@ class OrdinalEstimator(BaseEstimator):
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
+        tags.estimator_type = "classifier"
+        tags.classifier_tags = ClassifierTags()
         # Models with a kernel take sparse input with their linear kernel only.
         tags.input_tags.sparse = self._accept_sparse and getattr(self, "kernel", "linear") == "linear"
         return tags
