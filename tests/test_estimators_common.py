@@ -406,6 +406,20 @@ def test_cross_validation_of_rows_sorted_by_label_splits_by_class():
     assert abs(sorted_scores.mean() - shuffled_scores.mean()) < 0.1, (sorted_scores, shuffled_scores)
 
 
+def test_a_continuous_target_is_fitted_with_a_warning_that_says_how_to_cut_it():
+    """A regression target passed as labels: 60 raw values made a 60-class model silently."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 2))
+    y = X @ [1.0, 2.0] + rng.normal(size=60)
+    with pytest.warns(UserWarning, match=r"y has 60 classes among 60 rows, 60 of them with a single row: "
+                                         r"is it a continuous target\?.*equal_frequency_bins"):
+        OrdinalProbit(thresholds="joint", alpha=1.0).fit(X, y)
+    many = np.repeat(np.arange(40), 3)  # 40 ordered classes, three rows each: an ordinal scale
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        OrdinalProbit(thresholds="joint", alpha=1.0).fit(rng.normal(size=(120, 2)) + many[:, None] / 10, many)
+
+
 def test_a_perceptron_stream_can_take_its_classes_from_the_constructor():
     stream = CuSumRank(classes=[1, 2, 3], random_state=0).partial_fit(X0[:30], Y0[:30])
     reference = CuSumRank(random_state=0).partial_fit(X0[:30], Y0[:30], classes=[1, 2, 3])

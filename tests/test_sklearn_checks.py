@@ -83,7 +83,7 @@ _ORDERED_CLASSES = {
         "classes cannot reach the accuracy it asks (0.83)",
     "check_classifiers_regression_target":
         "ordered labels may be any numbers: a continuous target is taken as that many ordered "
-        "classes, not refused",
+        "classes, with a warning that says how to cut it, not refused",
     "check_supervised_y_2d":
         "y of shape (n, 1) is refused with a clear error (use y.ravel()), not raveled with a warning",
 }

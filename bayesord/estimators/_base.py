@@ -282,6 +282,8 @@ class OrdinalEstimator(BaseEstimator):
         if require_all_classes and present.size < len(classes_):
             missing = np.delete(np.asarray(classes_), present).tolist()
             raise ValueError(f"classes {missing} have no training samples; {self._why_every_class}")
+        if not _INTERNAL_FIT.get():
+            warn_if_continuous_target(type(self).__name__, codes[sw > 0], len(classes_))
         self.classes_ = classes_
         self.n_features_in_ = X.shape[1]
         if names is not None:
@@ -413,6 +415,26 @@ def _labels_1d(y, n):
     if arr.shape[0] != n:
         raise ValueError(f"X and y have different lengths: {n} rows in X, {arr.shape[0]} labels in y")
     return arr
+
+
+# A target with at least this many classes, more than half as many as its rows, reads as a
+# continuous one (see warn_if_continuous_target).
+_MANY_CLASSES = 30
+
+
+def warn_if_continuous_target(name, codes, n_classes):
+    """Warn when the labels look like a continuous target: at least ``_MANY_CLASSES``
+    classes and more than one for every two rows.  An ordinal model then fits a threshold
+    between every pair of neighbouring values, slowly and to no purpose (300 raw values of a
+    regression target made a 300-class probit in 6 s)."""
+    n = codes.shape[0]
+    if n_classes < _MANY_CLASSES or 2 * n_classes <= n:
+        return
+    single = int(np.sum(np.bincount(codes, minlength=n_classes) == 1))
+    warn_user(f"{name}: y has {n_classes} classes among {n} rows, {single} of them with a "
+              "single row: is it a continuous target?  An ordinal model fits a threshold between "
+              "every two neighbouring classes; cut the target into a few ordered classes first "
+              "(in Python, bayesord.datasets.equal_frequency_bins(y, 5))")
 
 
 def solver_tol(tol, dtype):
