@@ -158,15 +158,25 @@ def non_numeric_columns(frame) -> list[str]:
 
 
 def _non_numeric_message(X, name, err):
-    """What a table with text columns is told: which columns, and the two ways to code them."""
+    """What a table with text or date columns is told: which columns, and how to code them."""
     if getattr(X, "dtypes", None) is None:  # not a pandas DataFrame
         return f"{name} must be numeric; found non-numeric entries ({err})"
-    text = non_numeric_columns(X)
-    listed = ", ".join(repr(col) for col in text[:5]) + (f" and {len(text) - 5} more" if len(text) > 5 else "")
-    return (f"{name} must be numeric; column(s) {listed} hold text or categories ({err}). Code them, "
-            "e.g. pd.get_dummies(X, drop_first=True, dtype=float), or fit from a formula, e.g. "
-            "OrdinalProbit.from_formula('y ~ ...', data), which codes them and applies the same "
-            "coding in predict")
+
+    def listed(cols):
+        return ", ".join(repr(col) for col in cols[:5]) + (f" and {len(cols) - 5} more" if len(cols) > 5 else "")
+
+    dates = [str(col) for col, dtype in X.dtypes.items() if getattr(dtype, "kind", "O") in "mM"]
+    text = [col for col in non_numeric_columns(X) if col not in dates]
+    parts = []
+    if text:
+        parts.append(f"column(s) {listed(text)} hold text or categories: code them, e.g. "
+                     "pd.get_dummies(X, drop_first=True, dtype=float), or fit from a formula, e.g. "
+                     "OrdinalProbit.from_formula('y ~ ...', data), which codes them and applies the "
+                     "same coding in predict")
+    if dates:
+        parts.append(f"column(s) {listed(dates)} hold dates or durations: turn them into numbers, "
+                     "e.g. days since a fixed date, (X[col] - pd.Timestamp('2020-01-01')).dt.days")
+    return f"{name} must be numeric ({err}); " + "; ".join(parts)
 
 
 def _check_not_empty(shape, name, min_features=1):

@@ -268,3 +268,12 @@ def test_a_table_with_text_columns_is_told_which_and_how_to_code_them():
     assert "pd.get_dummies" in str(err.value) and "from_formula" in str(err.value)
     model = OrdinalProbit.from_formula("y ~ a + b + c + region + size", frame.assign(y=Y0))
     assert model.predict(frame).shape == (len(Y0),)
+
+
+def test_a_date_column_is_told_apart_from_text():
+    """A date column was told it held "text or categories" and to one-hot code it."""
+    frame = pd.DataFrame(X0, columns=["a", "b", "c"]).assign(
+        visit=pd.date_range("2024-01-01", periods=len(Y0)), region=np.where(X0[:, 0] > 0, "north", "south"))
+    with pytest.raises(TypeError, match=r"'region' hold text or categories: code them.*"
+                                        r"'visit' hold dates or durations: turn them into numbers"):
+        OrdinalProbit().fit(frame, Y0)
