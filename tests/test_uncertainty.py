@@ -343,7 +343,7 @@ def test_npsvor_bootstrap_draws_are_solved_past_the_solvers_own_error():
 
 def test_swapped_pairs_bootstrap_draws_are_solved_past_the_solvers_own_error():
     """Draws under the default epsilon against the same weights' refits to 1e-7."""
-    draws = [_fit(SwappedPairsSVM(epsilon=eps)).bootstrap(X_STD[TRAIN], Y_ALL[TRAIN], n_draws=20, random_state=0)
+    draws = [_fit(SwappedPairsSVM(epsilon=eps)).bootstrap(X_STD[TRAIN], Y_ALL[TRAIN], n_draws=12, random_state=0)
              .bootstrap_draws_["coef_"] for eps in (1e-3, 1e-7)]
     error = np.sqrt(np.mean((draws[0] - draws[1]) ** 2, axis=0))
     assert np.all(error < 0.25 * draws[1].std(axis=0)), error / draws[1].std(axis=0)
