@@ -341,6 +341,18 @@ def test_npsvor_bootstrap_draws_are_solved_past_the_solvers_own_error():
     assert np.all(solver_sd < 0.25 * draws[0].std(axis=0)), solver_sd / draws[0].std(axis=0)
 
 
+@pytest.mark.slow
+def test_npsvor_draws_fitted_in_batches_are_the_draws_fitted_alone():
+    """Refits go 25 to a call: the 27 draws come back in order, each as fitted alone."""
+    est = _fit(NPSVOR(random_state=0))
+    weights = len(TRAIN) * np.random.default_rng(3).dirichlet(np.ones(len(TRAIN)), size=27)
+    refits = est._weighted_refits(X_STD[TRAIN], Y_ALL[TRAIN], weights)
+    assert len(refits) == 27
+    for i in (0, 24, 25, 26):
+        (alone,) = est._weighted_refits(X_STD[TRAIN], Y_ALL[TRAIN], weights[i:i + 1])
+        np.testing.assert_allclose(refits[i].coef_, alone.coef_, rtol=0, atol=1e-10)
+
+
 def test_swapped_pairs_bootstrap_draws_are_solved_past_the_solvers_own_error():
     """Draws under the default epsilon against the same weights' refits to 1e-7."""
     draws = [_fit(SwappedPairsSVM(epsilon=eps)).bootstrap(X_STD[TRAIN], Y_ALL[TRAIN], n_draws=12, random_state=0)
