@@ -282,7 +282,7 @@ class OrdinalEstimator(BaseEstimator):
         if require_all_classes and present.size < len(classes_):
             missing = np.delete(np.asarray(classes_), present).tolist()
             raise ValueError(f"classes {missing} have no training samples; {self._why_every_class}")
-        if not _INTERNAL_FIT.get():
+        if require_all_classes and not _INTERNAL_FIT.get():  # a stream's batch may be small
             warn_if_continuous_target(type(self).__name__, codes[sw > 0], len(classes_))
         self.classes_ = classes_
         self.n_features_in_ = X.shape[1]
