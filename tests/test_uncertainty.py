@@ -277,6 +277,74 @@ def test_a_refit_discards_the_calibration():
     assert not hasattr(est, "conformal_") and not hasattr(est, "predict_proba")
 
 
+@pytest.mark.parametrize("est", [CuSumRank(random_state=3), OrdinalProbit(random_state=3)],
+                         ids=["CuSumRank", "OrdinalProbit"])
+def test_calibration_cv_is_the_fit_then_its_cross_conformal_calibration(est, monkeypatch):
+    calls = []
+    calibrate = type(est).calibrate
+    monkeypatch.setattr(type(est), "calibrate", lambda self, *a, **k: calls.append(k) or calibrate(self, *a, **k))
+    asked = clone(est).set_params(calibration_cv=3).fit(X_STD[TRAIN], Y_ALL[TRAIN])
+    assert len(calls) == 1  # the fold copies, fitted with calibration_cv=3 too, do not calibrate
+    seed = int(np.random.RandomState(3).randint(2**31 - 1))
+    by_hand = clone(est).fit(X_STD[TRAIN], Y_ALL[TRAIN]).calibrate(X_STD[TRAIN], Y_ALL[TRAIN], cv=3,
+                                                                    random_state=seed)
+    assert asked.conformal_.cv == 3
+    np.testing.assert_array_equal(asked.conformal_.scores, by_hand.conformal_.scores)
+    np.testing.assert_array_equal(asked.predict_proba(X_STD[TEST]), by_hand.predict_proba(X_STD[TEST]))
+    for a, b in zip(asked.predict_set(X_STD[TEST], 0.2), by_hand.predict_set(X_STD[TEST], 0.2)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_margin_model_in_a_pipeline_gives_probabilities_with_calibration_cv():
+    from sklearn.model_selection import cross_val_predict
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    plain = make_pipeline(StandardScaler(), CuSumRank(random_state=0)).fit(X_ALL[TRAIN], Y_ALL[TRAIN])
+    assert not hasattr(plain, "predict_proba")
+    pipe = make_pipeline(StandardScaler(), CuSumRank(calibration_cv=3, random_state=0))
+    proba = cross_val_predict(pipe, X_ALL[TRAIN], Y_ALL[TRAIN], cv=3, method="predict_proba")
+    assert proba.shape == (TRAIN.size, K) and np.all(proba >= 0)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0, atol=1e-12)
+    # Better than the class shares on rows none of the three pipelines saw.
+    shares = np.bincount(Y_ALL[TRAIN] - 1, minlength=K) / TRAIN.size
+    assert ordinal_log_loss(Y_ALL[TRAIN] - 1, proba) < ordinal_log_loss(Y_ALL[TRAIN] - 1,
+                                                                         np.tile(shares, (TRAIN.size, 1)))
+
+
+def test_calibration_cv_with_transductive_rows_calibrates_on_the_labelled_rows():
+    mask = np.zeros(TRAIN.size, dtype=bool)
+    mask[::4] = True
+    seed = int(np.random.RandomState(0).randint(2**31 - 1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # the copies have no unlabeled rows
+        tor = TransductiveOrdinalRegression(calibration_cv=3, random_state=0).fit(
+            X_STD[TRAIN], Y_ALL[TRAIN], unlabeled_mask=mask)
+        by_hand = TransductiveOrdinalRegression(random_state=0).fit(X_STD[TRAIN], Y_ALL[TRAIN], unlabeled_mask=mask)
+        by_hand.calibrate(X_STD[TRAIN][~mask], Y_ALL[TRAIN][~mask], cv=3, random_state=seed)
+    assert tor.conformal_.scores.shape == ((~mask).sum(),)
+    np.testing.assert_array_equal(tor.conformal_.scores, by_hand.conformal_.scores)
+
+
+@pytest.mark.parametrize("value", [1, True, 2.5, "5"])
+def test_a_bad_calibration_cv_is_refused_before_the_fit(value):
+    est = CuSumRank(calibration_cv=value)
+    with pytest.raises(ValueError, match="calibration_cv must be None or a number of folds"):
+        est.fit(X_STD[TRAIN], Y_ALL[TRAIN])
+    assert not hasattr(est, "classes_")
+
+
+def test_calibration_cv_refuses_sample_weights_and_a_failed_calibration_fails_the_fit():
+    est = CuSumRank(calibration_cv=3)
+    with pytest.raises(ValueError, match="calibration_cv cross-fits its copies on unweighted rows"):
+        est.fit(X_STD[TRAIN], Y_ALL[TRAIN], sample_weight=np.ones(TRAIN.size))
+    assert not hasattr(est, "classes_")
+    rows = np.array([np.flatnonzero(Y_ALL == k)[0] for k in range(1, K + 1)])  # one row per class
+    with pytest.raises(ValueError, match="calibration_cv=3: cross-fitting needs a class with at least 2 rows"):
+        est.fit(X_STD[rows], Y_ALL[rows])
+    assert not hasattr(est, "classes_")
+
+
 def test_string_labels_come_back_as_labels():
     names = np.array(["none", "mild", "severe", "fatal"])
     est = OrdinalProbit(classes=list(names)).fit(X_STD[TRAIN], names[Y_ALL[TRAIN] - 1])

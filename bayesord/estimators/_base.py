@@ -781,21 +781,35 @@ def fresh_fit(fit):
     leaves the estimator unfitted rather than holding a new ``classes_`` beside an old model.
     A fit that succeeds is checked by :func:`warn_if_one_class`.  A user's fit (not the
     library's own copies) first lets :func:`~bayesord._compile_cache.release_programs_if_crowded`
-    drop the compiled programs when they crowd the process's memory maps."""
+    drop the compiled programs when they crowd the process's memory maps, and ends with
+    ``calibrate(X, y, cv=calibration_cv)`` when the constructor asks for it (a failed
+    calibration fails the fit)."""
     signature = inspect.signature(fit)
 
     @functools.wraps(fit)
     def wrapper(self, *args, **kwargs):
         reset_fitted(self)
-        if not _INTERNAL_FIT.get():
+        user_fit = not _INTERNAL_FIT.get()
+        arguments = signature.bind(self, *args, **kwargs).arguments
+        folds = self._calibration_folds(arguments) if user_fit else 0
+        if user_fit:
             release_programs_if_crowded()
         try:
             out = fit(self, *args, **kwargs)
         except BaseException:
             reset_fitted(self)
             raise
-        if not _INTERNAL_FIT.get():
-            warn_if_one_class(self, signature.bind(self, *args, **kwargs).arguments)
+        if user_fit:
+            warn_if_one_class(self, arguments)
+        if folds:
+            try:
+                self._calibrate_on_fit_rows(arguments, folds)
+            except ValueError as err:
+                reset_fitted(self)
+                raise ValueError(f"calibration_cv={folds}: {err}") from err
+            except BaseException:
+                reset_fitted(self)
+                raise
         return out
 
     return wrapper

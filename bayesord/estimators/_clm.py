@@ -117,6 +117,10 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         classes: the labels in increasing order (required for string labels).
         n_draws: posterior draws used for probability bands.
         random_state: seed (int) for the posterior draws.
+        calibration_cv: None (default), or a number of folds: ``fit`` then ends with
+            ``calibrate(X, y, cv=calibration_cv)`` (folds seeded from ``random_state``), so
+            the fitted model has conformal prediction sets wherever it is fitted (a
+            ``Pipeline``, a grid search).  Not with ``sample_weight`` (the copies are unweighted).
         class_weight: None, ``"balanced"`` or a dict of label -> weight; multiplies
             ``sample_weight``.
 
@@ -156,7 +160,8 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
     _min_features = 0
 
     def __init__(self, link="probit", location=None, nominal=None, scale=None, alpha=0.0, l1_ratio=1.0, tol=None,
-                 max_iter=100, classes=None, n_draws=200, random_state=None, class_weight=None):
+                 max_iter=100, classes=None, n_draws=200, random_state=None, class_weight=None,
+                 calibration_cv=None):
         self.link = link
         self.location = location
         self.nominal = nominal
@@ -169,6 +174,7 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         self.n_draws = n_draws
         self.random_state = random_state
         self.class_weight = class_weight
+        self.calibration_cv = calibration_cv
 
     # ------------------------------------------------------------------ fitting
     @classmethod

@@ -706,6 +706,10 @@ class ISBOR(_SparseBayesOrdinal):
             ``predict_proba_interval``.
         random_state: seed for the initial one-per-class draw and the subsets (None: 0); an int also
             seeds the posterior draws (else they use seed 0, so they repeat).
+        calibration_cv: None (default), or a number of folds: ``fit`` then ends with
+            ``calibrate(X, y, cv=calibration_cv)`` (folds seeded from ``random_state``), so
+            the fitted model has conformal prediction sets wherever it is fitted (a
+            ``Pipeline``, a grid search).  Not with ``sample_weight`` (the copies are unweighted).
         verbose: report progress on stderr (0, the default: silent).  1: a line as each fit
             ends (``ISBOR theta 0.1 done: 61 iterations  log-evidence -1230.2  RVs 24``), each
             labelled with its width and fold during the width search; 2: also an updating line
@@ -754,7 +758,7 @@ class ISBOR(_SparseBayesOrdinal):
                  cv=5, cv_scoring="log_loss", selection_max_samples=1000, degree=2, capacity=128, max_iter=500,
                  min_delta=1e-2, patience=30, n_centres="auto", centre_selection="random", block_size=256,
                  cache_bytes=2**30, link="probit", learn_noise=True, calibrate_sigma=True, joint_reestimate=True,
-                 classes=None, n_draws=200, random_state=None, verbose=0):
+                 classes=None, n_draws=200, random_state=None, verbose=0, calibration_cv=None):
         self.kernel = kernel
         self.theta = theta
         self.theta_grid = theta_grid
@@ -779,6 +783,7 @@ class ISBOR(_SparseBayesOrdinal):
         self.n_draws = n_draws
         self.random_state = random_state
         self.verbose = verbose
+        self.calibration_cv = calibration_cv
 
     def _config(self, n, n_cand, n_classes, dtype):
         return dataclasses.replace(super()._config(n, n_cand, n_classes, dtype),
@@ -817,7 +822,7 @@ class SBOR(_SparseBayesOrdinal):
                  cv=5, cv_scoring="log_loss", selection_max_samples=1000, degree=2, max_iter=1000,
                  min_delta=1e-2, n_centres=None, centre_selection="random", block_size=256, cache_bytes=2**30,
                  link="probit", learn_noise=True, calibrate_sigma=True, classes=None, n_draws=200,
-                 random_state=None, verbose=0):
+                 random_state=None, verbose=0, calibration_cv=None):
         self.kernel = kernel
         self.theta = theta
         self.theta_grid = theta_grid
@@ -839,6 +844,7 @@ class SBOR(_SparseBayesOrdinal):
         self.n_draws = n_draws
         self.random_state = random_state
         self.verbose = verbose
+        self.calibration_cv = calibration_cv
 
     def _capacity(self, n_cand):
         return int(n_cand)

@@ -133,6 +133,10 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         classes: the labels in increasing order (required for string labels).
         n_draws: posterior draws used for probability bands.
         random_state: seed (int) for the posterior draws.
+        calibration_cv: None (default), or a number of folds: ``fit`` then ends with
+            ``calibrate(X, y, groups, cv=calibration_cv)`` (folds seeded from ``random_state``), so
+            the fitted model has conformal prediction sets wherever it is fitted (a
+            ``Pipeline``, a grid search).  Not with ``sample_weight`` (the copies are unweighted).
         class_weight: None, ``"balanced"`` (every class carries the same total weight:
             class k's rows are weighted by ``W / (K W_k)``, ``W_k`` its total sample
             weight), or a dict of label -> weight; multiplies ``sample_weight``.
@@ -184,7 +188,7 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
     _min_features = 0  # "rating ~ (1 | judge)": thresholds and group effects only
 
     def __init__(self, link="probit", random_slopes=(), tol=None, max_iter=100, max_inner=50, classes=None,
-                 n_draws=200, random_state=None, class_weight=None):
+                 n_draws=200, random_state=None, class_weight=None, calibration_cv=None):
         self.link = link
         self.random_slopes = random_slopes
         self.tol = tol
@@ -194,6 +198,7 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         self.n_draws = n_draws
         self.random_state = random_state
         self.class_weight = class_weight
+        self.calibration_cv = calibration_cv
 
     # ------------------------------------------------------------------ fitting
     @classmethod

@@ -72,6 +72,11 @@ class NPSVOR(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
         classes: the labels in increasing order (needed for string labels).
         random_state: seed for the coordinate order and the folds (None: 0; a ``RandomState``
             or ``Generator`` is drawn from).
+        calibration_cv: None (default), or a number of folds: ``fit`` then ends with
+            ``calibrate(X, y, cv=calibration_cv)`` (folds seeded from ``random_state``), so
+            the fitted model has conformal prediction sets, and a margin model
+            ``predict_proba``, wherever it is fitted: in a ``Pipeline``, a grid search or
+            ``cross_val_predict``.  Not with ``sample_weight`` (the copies are unweighted).
         verbose: report progress on stderr (0, the default: silent).  1: a line as each
             solve ends (``NPSVOR done: 69 passes  converged 6/6 problems``; with ``Cs``, one per
             C value with its CV MAE); 2: also an updating line at every pass (``NPSVOR pass
@@ -115,7 +120,7 @@ class NPSVOR(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
     def __init__(self, C=1.0, *, C1=None, C2=None, epsilon=0.1, tol=0.1, fit_intercept=True,
                  intercept_scaling=1.0, solver="dcd2", block_size=64, shrinking=True,
                  predictor="new", max_iter=1000, Cs=None, cv=5, classes=None,
-                 random_state=None, verbose=0):
+                 random_state=None, verbose=0, calibration_cv=None):
         self.C = C
         self.C1 = C1
         self.C2 = C2
@@ -133,6 +138,7 @@ class NPSVOR(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
         self.classes = classes
         self.random_state = random_state
         self.verbose = verbose
+        self.calibration_cv = calibration_cv
 
     def _check_params(self):
         C1 = _positive("C1", self.C if self.C1 is None else self.C1)

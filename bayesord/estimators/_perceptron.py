@@ -245,6 +245,11 @@ class CuSumRank(_StructuredPerceptron):
             does the same, and the two must agree when both are given).
         random_state: seed for the epoch shuffles (None: 0; a ``RandomState`` or
             ``Generator`` is drawn from).
+        calibration_cv: None (default), or a number of folds: ``fit`` then ends with
+            ``calibrate(X, y, cv=calibration_cv)`` (folds seeded from ``random_state``), so
+            the fitted model has conformal prediction sets, and a margin model
+            ``predict_proba``, wherever it is fitted: in a ``Pipeline``, a grid search or
+            ``cross_val_predict``.  Not with ``sample_weight`` (the copies are unweighted).
 
     Attributes:
         coef_: (n_classes, n_features) rank weight vectors (row 0 is the sentinel w_1 = 0);
@@ -272,7 +277,8 @@ class CuSumRank(_StructuredPerceptron):
 
     def __init__(self, algorithm="perceptron", averaged=True, margin=0.0, delta=1.0,
                  kernel="linear", gamma="scale", degree=3, coef0=1.0, fit_intercept=True,
-                 max_epochs=10, shuffle=True, stop_if_separated=False, classes=None, random_state=None):
+                 max_epochs=10, shuffle=True, stop_if_separated=False, classes=None, random_state=None,
+                 calibration_cv=None):
         self.algorithm = algorithm
         self.averaged = averaged
         self.margin = margin
@@ -287,6 +293,7 @@ class CuSumRank(_StructuredPerceptron):
         self.stop_if_separated = stop_if_separated
         self.classes = classes
         self.random_state = random_state
+        self.calibration_cv = calibration_cv
 
     def _kernel(self):
         return self.kernel
@@ -351,6 +358,11 @@ class PRank(_StructuredPerceptron):
             does the same, and the two must agree when both are given).
         random_state: seed for the epoch shuffles (None: 0; a ``RandomState`` or
             ``Generator`` is drawn from).
+        calibration_cv: None (default), or a number of folds: ``fit`` then ends with
+            ``calibrate(X, y, cv=calibration_cv)`` (folds seeded from ``random_state``), so
+            the fitted model has conformal prediction sets, and a margin model
+            ``predict_proba``, wherever it is fitted: in a ``Pipeline``, a grid search or
+            ``cross_val_predict``.  Not with ``sample_weight`` (the copies are unweighted).
 
     Attributes:
         coef_: (n_features,) the direction u.
@@ -370,7 +382,7 @@ class PRank(_StructuredPerceptron):
     _model = "prank"
 
     def __init__(self, averaged=True, margin=0.0, max_epochs=10, shuffle=True,
-                 stop_if_separated=False, classes=None, random_state=None):
+                 stop_if_separated=False, classes=None, random_state=None, calibration_cv=None):
         self.averaged = averaged
         self.margin = margin
         self.max_epochs = max_epochs
@@ -378,6 +390,7 @@ class PRank(_StructuredPerceptron):
         self.stop_if_separated = stop_if_separated
         self.classes = classes
         self.random_state = random_state
+        self.calibration_cv = calibration_cv
 
     def _set_coef(self, res):
         self.coef_ = np.asarray(res.coef)[0]

@@ -98,6 +98,10 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         classes: the labels in increasing order (required for string labels).
         n_draws: posterior draws used for probability bands.
         random_state: seed (int) for the posterior draws.
+        calibration_cv: None (default), or a number of folds: ``fit`` then ends with
+            ``calibrate(X, y, cv=calibration_cv)`` (folds seeded from ``random_state``), so
+            the fitted model has conformal prediction sets wherever it is fitted (a
+            ``Pipeline``, a grid search).  Not with ``sample_weight`` (the copies are unweighted).
         class_weight: None, ``"balanced"`` (every class carries the same total weight:
             class k's rows are weighted by ``W / (K W_k)``, ``W_k`` its total sample
             weight), or a dict of label -> weight; multiplies ``sample_weight``.
@@ -135,7 +139,7 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
 
     def __init__(self, thresholds="evidence", alpha=1.0, prior="gaussian", link="probit",
                  tol=None, max_iter=200, max_newton=100, classes=None, n_draws=200,
-                 random_state=None, class_weight=None):
+                 random_state=None, class_weight=None, calibration_cv=None):
         self.thresholds = thresholds
         self.alpha = alpha
         self.prior = prior
@@ -147,6 +151,7 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         self.n_draws = n_draws
         self.random_state = random_state
         self.class_weight = class_weight
+        self.calibration_cv = calibration_cv
 
     # ------------------------------------------------------------------ fitting
     def _config(self):

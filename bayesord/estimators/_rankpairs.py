@@ -69,6 +69,11 @@ class SwappedPairsSVM(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
         classes: the labels in increasing order (needed for strings).
         random_state: seed for the Herbrich pair sample and the Nyström landmarks (None: 0; a
             ``RandomState`` or ``Generator`` is drawn from).
+        calibration_cv: None (default), or a number of folds: ``fit`` then ends with
+            ``calibrate(X, y, cv=calibration_cv)`` (folds seeded from ``random_state``), so
+            the fitted model has conformal prediction sets, and a margin model
+            ``predict_proba``, wherever it is fitted: in a ``Pipeline``, a grid search or
+            ``cross_val_predict``.  Not with ``sample_weight`` (the copies are unweighted).
 
     Attributes:
         classes_: the ranks in order.
@@ -99,7 +104,7 @@ class SwappedPairsSVM(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
 
     def __init__(self, C=100.0, kernel="linear", gamma="scale", epsilon=1e-3, pairs="all", n_partners=5,
                  capacity=100, max_iter=1000, counting="auto", kernel_approx="auto", n_components=500,
-                 exact_max_samples=5000, classes=None, random_state=None):
+                 exact_max_samples=5000, classes=None, random_state=None, calibration_cv=None):
         self.C = C
         self.kernel = kernel
         self.gamma = gamma
@@ -114,6 +119,7 @@ class SwappedPairsSVM(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
         self.exact_max_samples = exact_max_samples
         self.classes = classes
         self.random_state = random_state
+        self.calibration_cv = calibration_cv
 
     def _check_params(self):
         check_gamma(self.gamma)

@@ -130,6 +130,11 @@ class RedSVM(_RedSVMBase):
             does the same, and the two must agree when both are given).
         random_state: seed for the coordinate order and landmark choice (None: 0; a
             ``RandomState`` or ``Generator`` is drawn from).
+        calibration_cv: None (default), or a number of folds: ``fit`` then ends with
+            ``calibrate(X, y, cv=calibration_cv)`` (folds seeded from ``random_state``), so
+            the fitted model has conformal prediction sets, and a margin model
+            ``predict_proba``, wherever it is fitted: in a ``Pipeline``, a grid search or
+            ``cross_val_predict``.  Not with ``sample_weight`` (the copies are unweighted).
 
     Attributes:
         classes_: the ordered labels.
@@ -150,7 +155,8 @@ class RedSVM(_RedSVMBase):
     _bootstrap_params = ("coef_", "thresholds_")
 
     def __init__(self, C=1.0, loss="hinge", kernel="linear", gamma="scale", n_components=None,
-                 fit_intercept=True, tol=1e-4, max_iter=10000, classes=None, random_state=None):
+                 fit_intercept=True, tol=1e-4, max_iter=10000, classes=None, random_state=None,
+                 calibration_cv=None):
         self.C = C
         self.loss = loss
         self.kernel = kernel
@@ -161,6 +167,7 @@ class RedSVM(_RedSVMBase):
         self.max_iter = max_iter
         self.classes = classes
         self.random_state = random_state
+        self.calibration_cv = calibration_cv
 
     @fresh_fit
     def fit(self, X, y, sample_weight=None, classes=None):
@@ -202,6 +209,11 @@ class TransductiveOrdinalRegression(_RedSVMBase):
             does the same, and the two must agree when both are given).
         random_state: seed for the coordinate order and landmark choice (None: 0; a
             ``RandomState`` or ``Generator`` is drawn from).
+        calibration_cv: None (default), or a number of folds: ``fit`` then ends with
+            ``calibrate(X, y, cv=calibration_cv)`` (folds seeded from ``random_state``), so
+            the fitted model has conformal prediction sets, and a margin model
+            ``predict_proba``, wherever it is fitted: in a ``Pipeline``, a grid search or
+            ``cross_val_predict``.  Not with ``sample_weight`` (the copies are unweighted).
         c2_init: first C2 of the annealing (1e-5 in the paper); must be in (0, C).
         c2_growth: factor applied to C2 after each stage (2 in the paper); must exceed 1.
         max_retrains: cap on retrainings (the objective trace's capacity).
@@ -244,7 +256,7 @@ class TransductiveOrdinalRegression(_RedSVMBase):
     def __init__(self, C=1.0, loss="hinge", kernel="linear", gamma="scale", n_components=None,
                  fit_intercept=True, tol=1e-4, max_iter=10000, c2_init=1e-5, c2_growth=2.0,
                  max_retrains=5000, swap_rule="eq5", class_ratios=None, classes=None, random_state=None,
-                 verbose=0):
+                 verbose=0, calibration_cv=None):
         self.C = C
         self.loss = loss
         self.kernel = kernel
@@ -261,6 +273,7 @@ class TransductiveOrdinalRegression(_RedSVMBase):
         self.class_ratios = class_ratios
         self.random_state = random_state
         self.verbose = verbose
+        self.calibration_cv = calibration_cv
 
     def _check_schedule(self):
         _check_positive(self.c2_init, "c2_init")

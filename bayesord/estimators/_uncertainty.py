@@ -14,6 +14,7 @@ import os
 from typing import NamedTuple
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.base import clone
 from sklearn.utils.validation import check_is_fitted
 
@@ -30,7 +31,7 @@ from ..uncertainty import (
 from .._progress import prefix
 from .._splits import kfold_indices
 from .._status import warned_once
-from ._base import internal_fits, run_folds
+from ._base import fit_rng, internal_fits, run_folds
 from ._formula import formula_rows
 
 __all__ = ["ConformalCalibration", "UncertaintyMixin", "check_cv", "fold_indices", "never_held_out",
@@ -119,6 +120,33 @@ class UncertaintyMixin:
     # Whether the model predicts by thresholds_ on one decision_function score, so that
     # calibrate(score="distance") applies.
     _threshold_scores = False
+
+    def _calibration_folds(self, fit_args):
+        """The constructor's ``calibration_cv`` as a fold count (0: none), checked before a
+        user's fit (``fit_args``: the arguments ``fit`` was called with) spends its time."""
+        cv = self.calibration_cv
+        if cv is None:
+            return 0
+        if isinstance(cv, bool) or not isinstance(cv, (int, np.integer)) or cv < 2:
+            raise ValueError(f"calibration_cv must be None or a number of folds >= 2, got {cv!r}")
+        if fit_args.get("sample_weight") is not None:
+            raise ValueError("calibration_cv cross-fits its copies on unweighted rows, so it cannot "
+                             "follow a fit with sample_weight: leave calibration_cv=None and call "
+                             "calibrate(X_cal, y_cal) on held-out rows after the fit")
+        return int(cv)
+
+    def _calibrate_on_fit_rows(self, fit_args, cv):
+        """``calibrate(X, y, cv=cv)`` on the labelled rows a user's fit was given (the fit's
+        ``groups`` with them), the folds seeded from ``random_state``."""
+        X, y = fit_args["X"], fit_args["y"]
+        mask = fit_args.get("unlabeled_mask")
+        if mask is not None:
+            labelled = np.flatnonzero(~np.asarray(mask, dtype=bool))
+            X = _rows(X.tocsr() if sp.issparse(X) else X if hasattr(X, "iloc") else np.asarray(X), labelled)
+            y = y.iloc[labelled] if hasattr(y, "iloc") else np.asarray(y)[labelled]
+        groups = {"groups": fit_args["groups"]} if "groups" in fit_args else {}
+        seed = int(fit_rng(self.random_state).randint(2**31 - 1))
+        self.calibrate(X, y, **groups, cv=cv, random_state=seed)
 
     def predict_cumproba(self, X):
         """Cumulative probabilities ``P(y <= classes_[k])`` for k < K-1, shape (n, K-1)
