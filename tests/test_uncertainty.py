@@ -409,6 +409,21 @@ def test_npsvor_bootstrap_draws_are_solved_past_the_solvers_own_error():
     assert np.all(solver_sd < 0.25 * draws[0].std(axis=0)), solver_sd / draws[0].std(axis=0)
 
 
+def test_npsvor_draws_after_a_c_search_are_refits_at_the_chosen_c(monkeypatch):
+    """A draw keeps the cross-validated C_ rather than repeating the search: the draws are
+    those of the model fitted at that C."""
+    from bayesord.estimators import _npsvor
+
+    searched = _fit(NPSVOR(Cs=[0.01, 1.0], cv=3, random_state=0))
+    fixed = _fit(NPSVOR(C=searched.C_, random_state=0))
+    search, searches = _npsvor.cv_npsvor, []
+    monkeypatch.setattr(_npsvor, "cv_npsvor", lambda *a, **k: searches.append(1) or search(*a, **k))
+    for est in (searched, fixed):
+        est.bootstrap(X_STD[TRAIN], Y_ALL[TRAIN], n_draws=3, random_state=0)
+    assert not searches
+    np.testing.assert_array_equal(searched.bootstrap_draws_["coef_"], fixed.bootstrap_draws_["coef_"])
+
+
 @pytest.mark.slow
 def test_npsvor_draws_fitted_in_batches_are_the_draws_fitted_alone():
     """Refits go 25 to a call: the 27 draws come back in order, each as fitted alone."""

@@ -84,7 +84,9 @@ class BootstrapMixin(UncertaintyMixin):
         :meth:`to_inference_data` read.  The point estimates stay those of the fit.  Refits
         solve further than the fit where its default tolerance leaves an error about as
         large as the spread of the draws: NPSVOR to ``tol=min(tol, 1e-3)`` with ten times
-        ``max_iter``, the swapped-pairs SVM to ``epsilon=min(epsilon, 1e-5)``.
+        ``max_iter``, the swapped-pairs SVM to ``epsilon=min(epsilon, 1e-5)``.  A model
+        whose C was chosen by cross-validation (NPSVOR's ``Cs``) is refitted at that C
+        (``C_``): the draws are conditional on it.
 
         Args:
             X: (n, d) training features, as for ``fit``.
