@@ -414,7 +414,7 @@ def _fit_formula(args) -> int:
     if args.unlabeled is not None and args.model != "tor":
         raise ValueError(f"--unlabeled applies to --model tor, not {args.model}")
     frame = _feature_frame(args.data, None, None, "DATA")
-    calibration = _calibration_rows(args, list(frame.columns), formula=True)
+    calibration = _calibration_rows(args, None)
     unlabeled = None if args.unlabeled is None else _feature_frame(args.unlabeled, None, None, "--unlabeled")
     out = _output_path(args.out, "--out", {"DATA": args.data, "--unlabeled": args.unlabeled,
                                            "--calibrate-on": args.calibrate_on}, args.force)
@@ -523,9 +523,9 @@ def _fit(args) -> int:
     return 0
 
 
-def _calibration_rows(args, names, formula=False):
+def _calibration_rows(args, names):
     """The held-out rows of ``--calibrate-on`` as (raw feature frame, labels), or None; for a
-    formula fit, (its frame, None): the formula names the columns it reads."""
+    formula fit (``names`` None), (its frame, None): the formula names the columns it reads."""
     if args.calibrate_on is None:
         return None
     if args.calibrate is not None:
@@ -535,7 +535,7 @@ def _calibration_rows(args, names, formula=False):
         raise ValueError("argument --calibrate-on: that is the DATA file, but split conformal needs "
                          "rows the model was not fitted on; use --calibrate K to calibrate on the "
                          "training rows by cross-fitting")
-    if formula:
+    if names is None:
         return _feature_frame(args.calibrate_on, None, None, "--calibrate-on"), None
     X, y, cal_names = _read_table(args.calibrate_on, args.target, "--calibrate-on")
     if list(cal_names) != list(names):
