@@ -277,6 +277,18 @@ def test_a_refit_discards_the_calibration():
     assert not hasattr(est, "conformal_") and not hasattr(est, "predict_proba")
 
 
+def test_an_online_update_discards_the_calibration_and_says_so():
+    est = _fit(PRank(random_state=0))
+    est.calibrate(X_STD[CAL], Y_ALL[CAL])
+    with pytest.warns(UserWarning, match=r"partial_fit changed the model, so its calibration \(conformal_, "
+                                         r"proba_layer_, proba_layer_columns_\) no longer describes it"):
+        est.partial_fit(X_STD[TEST[:200]], Y_ALL[TEST[:200]])
+    assert not hasattr(est, "conformal_") and not hasattr(est, "predict_proba")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing left to discard: no warning
+        est.partial_fit(X_STD[TEST[200:400]], Y_ALL[TEST[200:400]])
+
+
 @pytest.mark.parametrize("est", [CuSumRank(random_state=3), OrdinalProbit(random_state=3)],
                          ids=["CuSumRank", "OrdinalProbit"])
 def test_calibration_cv_is_the_fit_then_its_cross_conformal_calibration(est, monkeypatch):

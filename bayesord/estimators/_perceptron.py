@@ -140,6 +140,9 @@ class _StructuredPerceptron(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstima
     def partial_fit(self, X, y, classes=None, sample_weight=None):
         """One online pass over (X, y) in the given order, continuing from the current weights.
 
+        The update discards a calibration of the model before it (``calibrate``), with a
+        warning.
+
         Args:
             X: inputs of a batch of the stream.
             y: its labels.
@@ -181,6 +184,7 @@ class _StructuredPerceptron(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstima
         res = core.fit_perceptron(as_rows(X, dtype), codes, cfg, sample_weight=sw,
                                   key=jax.random.PRNGKey(0), hyper=hyper, state=state)
         self._store(res, hyper)
+        self._discard_calibration()
         check_status(res.status, type(self).__name__)
         return self
 

@@ -30,7 +30,7 @@ from ..uncertainty import (
 )
 from .._progress import prefix
 from .._splits import kfold_indices
-from .._status import warned_once
+from .._status import warn_user, warned_once
 from ._base import fit_rng, internal_fits, run_folds
 from ._formula import formula_rows
 
@@ -106,6 +106,11 @@ def never_held_out(folds, n):
     return np.flatnonzero(~held)
 
 
+# What calibrate (conformity scores, a margin model's probability layer) and bootstrap learn
+# of one fitted model.
+_LEARNT_OF_THE_FIT = ("conformal_", "proba_layer_", "proba_layer_columns_", "bootstrap_draws_")
+
+
 class UncertaintyMixin:
     """``calibrate``, ``predict_set`` and the calibration's persistence, for every estimator."""
 
@@ -120,6 +125,17 @@ class UncertaintyMixin:
     # Whether the model predicts by thresholds_ on one decision_function score, so that
     # calibrate(score="distance") applies.
     _threshold_scores = False
+
+    def _discard_calibration(self):
+        """Drop what :meth:`calibrate` and ``bootstrap`` learnt of the model as it was, before
+        an update that changes it (``partial_fit``), and say so when there was any."""
+        learnt = [name for name in _LEARNT_OF_THE_FIT if hasattr(self, name)]
+        for name in learnt:
+            delattr(self, name)
+        if learnt:
+            warn_user(f"{type(self).__name__}.partial_fit changed the model, so its calibration "
+                      f"({', '.join(learnt)}) no longer describes it and was discarded: call "
+                      "calibrate() again on rows the updated model has not seen")
 
     def _calibration_folds(self, fit_args):
         """The constructor's ``calibration_cv`` as a fold count (0: none), checked before a
@@ -287,7 +303,7 @@ class UncertaintyMixin:
 
         Margin models (no probabilities of their own) fit their probability layer here as
         well (see ``predict_proba``), except with ``score="distance"``, which needs none.  A
-        later ``fit`` discards the calibration.
+        later ``fit`` or ``partial_fit`` discards the calibration.
 
         Args:
             X: (n_cal, d) features, as for ``predict``.
