@@ -57,6 +57,7 @@ def test_ordered_categorical_and_dataframe_input():
             model.predict(wrong)
 
 
+@pytest.mark.slow
 def test_probabilities_far_in_a_tail_survive_float32():
     # A sharp fit predicted far out: in float32 the outer classes' probabilities (about
     # 1e-70) underflow to 0, an infinite log-loss for a row of those classes.  predict_proba

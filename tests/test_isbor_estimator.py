@@ -75,6 +75,7 @@ def test_predict_proba_is_float64_from_the_log_probabilities(model, data, monkey
     np.testing.assert_allclose(model.predict_proba(X[:1]), [[1.0, 1e-50, 1e-50]], rtol=1e-4)  # float32 logs
 
 
+@pytest.mark.slow
 def test_joint_reestimate_is_a_choice(data):
     """The default also tries every re-estimate at once; joint_reestimate=False is the
     published loop, one action per iteration, whose evidence trace never holds that step."""

@@ -66,6 +66,7 @@ def test_soup_respondents_and_products_match_clmm(datasets_dir, link):
     np.testing.assert_allclose(table.loc["PRODID", "mean"], ref["prodid"], atol=1e-3)
 
 
+@pytest.mark.slow
 def test_a_factor_without_variance_adds_nothing(datasets_dir, tmp_path):
     """``wine`` with judges and bottles: the bottle sd goes to 0 (clmm: 4e-6), and then the
     fit is the judges-only fit; the sd's interval starts at 0."""
@@ -216,6 +217,7 @@ def test_groups_by_column_name_and_bad_ones(small):
         OrdinalMixed().fit(X, y, G[:, :, None])
 
 
+@pytest.mark.slow
 def test_nested_factors_from_a_formula():
     """``(1 | school/class)`` is ``(1 | school) + (1 | school:class)``: class labels that
     repeat in every school are told apart by their school, as explicit unique labels are."""

@@ -335,6 +335,7 @@ def test_prediction_reads_the_link_from_the_result():
     assert not np.allclose(np.asarray(predict_probit(probit_twin, X[:4]).proba), proba, atol=1e-3)
 
 
+@pytest.mark.slow
 def test_float32_evidence_search_ends_at_its_tolerance_not_after_halving_to_the_fallback():
     """A float32 fit's last L-BFGS step near the optimum can be rejected because the change
     is below the evidence's rounding.  The search then ends, at the float64 optimum, instead

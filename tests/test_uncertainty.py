@@ -324,6 +324,7 @@ def test_a_margin_model_in_a_pipeline_gives_probabilities_with_calibration_cv():
                                                                          np.tile(shares, (TRAIN.size, 1)))
 
 
+@pytest.mark.slow
 def test_calibration_cv_with_transductive_rows_calibrates_on_the_labelled_rows():
     mask = np.zeros(TRAIN.size, dtype=bool)
     mask[::4] = True
