@@ -615,6 +615,16 @@ def _user_group_covs(T, Lam, config):
     return [(T[r] @ Lam[r] @ Lam[r].T @ T[r].T)[:p, :p] for r, p in enumerate(config.factor_effects)]
 
 
+def _natural(eta, d, center, scale, T, config):
+    """``(coef, thresholds, every factor's sds, then every factor's correlations)`` on the
+    user's scale (:class:`MixedResult`'s ``cov`` order) from ``eta``; ``T`` from
+    :func:`_user_transforms`."""
+    beta_z, b, Lam = _unpack(eta, d, config)
+    coef = beta_z / scale
+    sds, corrs = zip(*(_sd_and_corr(S) for S in _user_group_covs(T, Lam, config)))
+    return jnp.concatenate([coef, b + center @ coef, *sds, *corrs])
+
+
 def _effects_posterior(v, eta, eta_cov, args, config):
     """The group effects ``u = Lambda v*`` (Q, p), their conditional and total covariances
     (Q, p, p), their covariances with ``eta`` (Q, p, m), and, with several factors, the total
@@ -733,13 +743,7 @@ def fit_mixed(X, y, groups, weights, rtol, *, config: MixedConfig) -> MixedResul
     effects, cond_cov, effects_cov, cross, between_big_rest, between_rest = _effects_posterior(
         v, eta, eta_cov, args, config)
     T = _user_transforms(center, scale, config)
-
-    def natural(e):  # coef, thresholds, every factor's sds, then every factor's correlations
-        beta_z, b, Lam_e = _unpack(e, d, config)
-        coef = beta_z / scale
-        sds, corrs = zip(*(_sd_and_corr(S) for S in _user_group_covs(T, Lam_e, config)))
-        return jnp.concatenate([coef, b + center @ coef, *sds, *corrs])
-
+    natural = partial(_natural, d=d, center=center, scale=scale, T=T, config=config)
     J = jax.jacfwd(natural)(eta)
     nat = natural(eta)
     n_sd = sum(config.factor_effects)
@@ -751,6 +755,43 @@ def fit_mixed(X, y, groups, weights, rtol, *, config: MixedConfig) -> MixedResul
         eta_cov=eta_cov, effects=effects, effects_cond_cov=cond_cov, effects_cov=effects_cov,
         effects_cross=cross, factor_cross_cov=between_big_rest, factor_rest_cov=between_rest, loglik=value,
         n_iter=n_iter, converged=converged & chol_ok, status=status.astype(jnp.int32))
+
+
+@partial(jax.jit, static_argnames=("n_draws",))
+def sample_posterior_mixed(result: MixedResult, key, *, n_draws: int = 2000):
+    """Joint draws of the parameters and the group effects from the Laplace posterior, on the
+    user's scale.
+
+    ``eta`` is drawn from ``N(eta*, Sigma_eta)`` and mapped to the coefficients, thresholds,
+    group sds and correlations as the fit maps its estimate (so an sd is never negative and a
+    correlation stays in [-1, 1]); each group's effect given that draw from its conditional
+    Gaussian, ``u* + (du*/deta) (eta - eta*) + N(0, cond_cov)`` (the joint Gaussian of the
+    module docstring; the effects of different groups are drawn independently given
+    ``eta``, which leaves out the correlation between levels of different crossed factors).
+
+    Returns:
+        ``(natural, effects)``: (n_draws, m') in the order of :attr:`MixedResult.cov`, and the
+        effects (n_draws, Q, p) as :func:`effects_on_user_scale` gives their modes.  A
+        posterior covariance that is not positive definite gives NaN draws.
+    """
+    config = result.config
+    eta, cov = result.eta, result.eta_cov
+    d = result.coef.shape[0]
+    L, ok = safe_cholesky(cov)
+    L = jnp.where(ok, L, jnp.nan)
+    k_eta, k_u = jax.random.split(key)
+    e = jax.random.normal(k_eta, (n_draws, eta.shape[0]), eta.dtype) @ L.T
+    T = _user_transforms(result.center, result.scale, config)
+    natural = jax.vmap(partial(_natural, d=d, center=result.center, scale=result.scale, T=T, config=config))
+    q, p, m = result.effects_cross.shape
+    # effects_cross = (du*/deta) Sigma_eta, and the conditional covariance is cond_cov.
+    gain = jax.scipy.linalg.cho_solve((L, True), result.effects_cross.reshape(q * p, m).T).T.reshape(q, p, m)
+    w, V = jnp.linalg.eigh(result.effects_cond_cov)  # a group sd fitted at 0 leaves it singular
+    root = V * jnp.sqrt(jnp.maximum(w, 0.0))[:, None, :]
+    eps = jax.random.normal(k_u, (n_draws, q, p), eta.dtype)
+    u = result.effects + jnp.einsum("qpm,sm->sqp", gain, e) + jnp.einsum("qij,sqj->sqi", root, eps)
+    T = jnp.broadcast_to(T, (q,) + T.shape) if T.ndim == 2 else T[_factor_of(config)]
+    return natural(eta + e), jnp.einsum("qij,sqj->sqi", T, u)
 
 
 @jax.jit

@@ -587,3 +587,46 @@ def test_cross_conformal_sets_refit_with_groups_and_formulas(tmp_path):
     loaded = load_model(tmp_path / "m.npz")
     for a, b in zip(loaded.predict_set(frame[test], [0.1, 0.3]), formula.predict_set(frame[test], [0.1, 0.3])):
         np.testing.assert_array_equal(a, b)
+
+
+def test_arviz_draws_are_the_laplace_posterior_of_the_parameters_and_the_group_effects(wine_logit):
+    """The coefficients and the group effects are linear in the Gaussian draws, so their
+    draws must have the means and sds that summary() and group_effects() compute from the
+    covariances; the judge sd is |lambda| (the intercept's Lambda) with lambda Gaussian, whose
+    distribution is known in closed form (a folded normal: checked by Kolmogorov-Smirnov)."""
+    from scipy.stats import kstest
+
+    idata = wine_logit.to_inference_data(draws=1000, chains=4, random_state=1)
+    post = idata.posterior
+    n = 4000
+    coef = post["coef"].values.reshape(n, -1)
+    table = wine_logit.summary()
+    sd = table["sd"].to_numpy()[:2]
+    np.testing.assert_allclose(coef.mean(axis=0), wine_logit.coef_, atol=4 * sd.max() / np.sqrt(n))
+    np.testing.assert_allclose(coef.std(axis=0), sd, rtol=0.05)
+    effects = post["effects_judge"].values.reshape(n, -1)
+    ref = wine_logit.group_effects()
+    np.testing.assert_allclose(effects.mean(axis=0), ref["mean"], atol=4 * ref["sd"].max() / np.sqrt(n))
+    np.testing.assert_allclose(effects.std(axis=0), ref["sd"], rtol=0.05)
+    assert list(post["effects_judge"].coords["judge"].values) == list(range(1, 10))
+    res = wine_logit.result_
+    lam, s = float(res.eta[-1]), float(np.sqrt(res.eta_cov[-1, -1]))
+    folded = lambda t: norm.cdf((t - lam) / s) - norm.cdf((-t - lam) / s)
+    assert kstest(post["sd"].values.ravel(), folded).pvalue > 0.001
+    assert list(post["sd"].coords["group_term"].values) == ["judge"]
+    assert list(post["thresholds"].coords["cut"].values) == list(table.index[2:6])
+
+
+@pytest.mark.slow
+def test_arviz_export_of_slopes_and_crossed_factors_names_every_term(datasets_dir):
+    wine = _grouped(datasets_dir, "wine")
+    model = OrdinalMixed.from_formula("rating ~ temp + contact + (1 + temp | judge) + (1 | bottle)", wine)
+    post = model.to_inference_data(draws=50, chains=2).posterior
+    assert post["effects_judge"].dims == ("chain", "draw", "judge", "judge_term")
+    assert list(post["effects_judge"].coords["judge_term"].values) == ["(Intercept)", "temp[T.warm]"]
+    assert post["effects_bottle"].dims == ("chain", "draw", "bottle")
+    assert list(post["sd"].coords["group_term"].values) == ["judge: (Intercept)", "judge: temp[T.warm]", "bottle"]
+    assert list(post["corr"].coords["term_pair"].values) == ["judge: (Intercept), temp[T.warm]"]
+    assert np.all(post["sd"].values >= 0) and np.all(np.abs(post["corr"].values) <= 1)
+    with pytest.raises(ValueError, match="draws must be a positive integer"):
+        model.to_inference_data(draws=0)

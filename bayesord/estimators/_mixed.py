@@ -17,6 +17,7 @@ from .._mixed import (
     marginal_effects_mixed,
     predict_mixed,
     sample_class_probs_mixed,
+    sample_posterior_mixed,
 )
 from .._shapes import bucket_rows, pad_rows
 from .._status import Status, check_status
@@ -521,18 +522,12 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         from sklearn.utils.validation import check_is_fitted
 
         check_is_fitted(self, "coef_")
-        sd_names, corr_names, rows, cols = [], [], [], []
-        at = 0
-        for factor, terms in self._terms_by_factor().items():
-            sd_names += [f"sd({factor})"] if len(terms) == 1 else [f"sd({factor}: {t})" for t in terms]
-            # Correlations between the terms of one factor (the factors are independent).
-            i, j = np.tril_indices(len(terms), -1)
-            corr_names += [f"corr({factor}: {terms[b]}, {terms[a]})" for a, b in zip(i, j)]
-            rows, cols, at = rows + list(i + at), cols + list(j + at), at + len(terms)
+        sd_labels, corr_labels, rows, cols = self._group_cov_labels()
+        sd_names = [f"sd({label})" for label in sd_labels]
+        corr_names = [f"corr({label})" for label in corr_labels]
         res = self.result_
         sd_group = np.asarray(res.group_sd)
         p = sd_group.size
-        rows, cols = np.asarray(rows, int), np.asarray(cols, int)
         corr = np.asarray(res.group_cov)[rows, cols] / (sd_group[rows] * sd_group[cols])
         names = self._coef_names() + threshold_names(self.classes_) + sd_names + corr_names
         mean = np.concatenate([self.coef_, self.thresholds_, sd_group, corr])
@@ -555,6 +550,77 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         table.iloc[cs, 2] = np.tanh(np.arctanh(mean[cs]) - half[cs] / (1 - mean[cs] ** 2))
         table.iloc[cs, 3] = np.tanh(np.arctanh(mean[cs]) + half[cs] / (1 - mean[cs] ** 2))
         return table
+
+    def _group_cov_labels(self):
+        """Labels of the group sds (``judge``, or ``judge: temp[T.warm]`` for a slope) and of
+        the correlations between one factor's terms (``judge: (Intercept), temp[T.warm]``),
+        with each correlation's (row, col) in the sds' order: the order of ``result_.cov``."""
+        sd_labels, corr_labels, rows, cols = [], [], [], []
+        at = 0
+        for factor, terms in self._terms_by_factor().items():
+            sd_labels += [factor] if len(terms) == 1 else [f"{factor}: {t}" for t in terms]
+            # Correlations between the terms of one factor (the factors are independent).
+            i, j = np.tril_indices(len(terms), -1)
+            corr_labels += [f"{factor}: {terms[b]}, {terms[a]}" for a, b in zip(i, j)]
+            rows, cols, at = rows + list(i + at), cols + list(j + at), at + len(terms)
+        return sd_labels, corr_labels, np.asarray(rows, int), np.asarray(cols, int)
+
+    def to_inference_data(self, draws=500, chains=4, random_state=None):
+        """ArviZ ``InferenceData`` of the Laplace posterior: draws of every parameter and group effect.
+
+        Group ``posterior``: ``coef`` (dim ``feature``), ``thresholds`` (``cut``), ``sd``
+        (``group_term``: one per factor and term, as :meth:`summary` names them), ``corr``
+        (``term_pair``, with random slopes) and, per grouping factor, ``effects_<factor>``
+        (dims the factor's levels and, with slopes, ``<factor>_term``), on the user's scale as
+        :meth:`summary` and :meth:`group_effects` report them.  The draws are independent
+        (:func:`bayesord._mixed.sample_posterior_mixed`): ``eta = (beta, b, Lambda)`` from its
+        Laplace Gaussian, mapped as the fit maps its estimate (an sd is never negative), and
+        each group's effect from its Gaussian given that draw.  No log-likelihood group: the
+        draws describe the parameters, not a PSIS-LOO comparison.
+
+        Args:
+            draws: draws per chain.
+            chains: independent chains (for ArviZ's r_hat and ESS as usual).
+            random_state: seed (int) of the draws (None: 0).
+
+        Returns:
+            arviz.InferenceData.
+        """
+        import arviz as az
+        from sklearn.utils.validation import check_is_fitted
+
+        check_is_fitted(self, "coef_")
+        for name, value in (("draws", draws), ("chains", chains)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        natural, effects = (np.asarray(a) for a in sample_posterior_mixed(
+            self.result_, draws_key(random_state), n_draws=int(draws) * int(chains)))
+        d, k1 = len(self.coef_), len(self.thresholds_)
+        sd_labels, corr_labels, _, _ = self._group_cov_labels()
+        n_sd = len(sd_labels)
+        posterior = {"coef": natural[:, :d], "thresholds": natural[:, d:d + k1],
+                     "sd": natural[:, d + k1:d + k1 + n_sd]}
+        dims = {"coef": ["feature"], "thresholds": ["cut"], "sd": ["group_term"]}
+        coords = {"feature": self._coef_names(), "cut": threshold_names(self.classes_), "group_term": sd_labels}
+        if corr_labels:
+            posterior["corr"], dims["corr"], coords["term_pair"] = natural[:, d + k1 + n_sd:], ["term_pair"], corr_labels
+        terms = self._terms_by_factor()
+        levels = self.groups_ if len(terms) > 1 else [self.groups_]
+        start = 0
+        for (factor, names), lv in zip(terms.items(), levels):
+            name = f"effects_{factor}"
+            block = effects[:, start:start + len(lv), :len(names)]
+            start += len(lv)
+            coords[factor] = np.asarray(lv).tolist()
+            if len(names) == 1:
+                posterior[name], dims[name] = block[:, :, 0], [factor]
+            else:
+                posterior[name], dims[name] = block, [factor, f"{factor}_term"]
+                coords[f"{factor}_term"] = list(names)
+        posterior = {k: v.reshape((int(chains), int(draws)) + v.shape[1:]) for k, v in posterior.items()}
+        attrs = {"model": "ordinal mixed model", "inference": "Laplace approximation (independent draws)",
+                 "classes": [str(c) for c in self.classes_], "library": "bayesord"}
+        return az.from_dict(posterior=posterior, coords=coords, dims=dims, attrs=attrs)
 
     def group_effects(self, level=0.95):
         """Each group's effect: conditional mode, posterior sd and central interval.
