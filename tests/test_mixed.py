@@ -617,6 +617,30 @@ def test_arviz_draws_are_the_laplace_posterior_of_the_parameters_and_the_group_e
     assert list(post["thresholds"].coords["cut"].values) == list(table.index[2:6])
 
 
+def test_arviz_log_likelihood_is_each_rows_at_its_judges_drawn_effect(wine_logit, datasets_dir):
+    """Against SciPy's logistic CDF at the exported draws of the coefficients, thresholds and
+    the row's judge effect."""
+    from scipy.stats import logistic
+
+    wine = _grouped(datasets_dir, "wine")
+    idata = wine_logit.to_inference_data(wine, wine["rating"], draws=250, chains=2, random_state=0)
+    post, loglik = idata.posterior, idata.log_likelihood["y"].values
+    X = np.column_stack([wine["temp"] == "warm", wine["contact"] == "yes"]).astype(float)
+    judge = np.searchsorted(wine_logit.groups_, wine["judge"].to_numpy())
+    k = wine["rating"].to_numpy() - 1
+    for chain, draw in ((0, 0), (1, 249)):
+        f = X @ post["coef"].values[chain, draw] + post["effects_judge"].values[chain, draw][judge]
+        cuts = np.concatenate([[-np.inf], post["thresholds"].values[chain, draw], [np.inf]])
+        np.testing.assert_allclose(loglik[chain, draw], np.log(logistic.cdf(cuts[k + 1] - f) - logistic.cdf(cuts[k] - f)),
+                                   rtol=1e-10)
+    assert set(np.unique(idata.posterior_predictive["y"].values)) <= set(wine_logit.classes_)
+    assert idata.observed_data["y"].values.tolist() == wine["rating"].tolist()
+    with pytest.raises(ValueError, match="every row must be in a group the model was fitted on"):
+        wine_logit.to_inference_data(wine.assign(judge=99), wine["rating"], draws=10, chains=1)
+    with pytest.raises(ValueError, match="pass X and y together"):
+        wine_logit.to_inference_data(wine, draws=10, chains=1)
+
+
 @pytest.mark.slow
 def test_arviz_export_of_slopes_and_crossed_factors_names_every_term(datasets_dir):
     wine = _grouped(datasets_dir, "wine")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from sklearn.base import clone
 
@@ -19,6 +20,7 @@ from .._mixed import (
     sample_class_probs_mixed,
     sample_posterior_mixed,
 )
+from .._likelihood import log_class_probs
 from .._shapes import bucket_rows, pad_rows
 from .._status import Status, check_status
 from .._validation import float_dtype
@@ -565,7 +567,7 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
             rows, cols, at = rows + list(i + at), cols + list(j + at), at + len(terms)
         return sd_labels, corr_labels, np.asarray(rows, int), np.asarray(cols, int)
 
-    def to_inference_data(self, draws=500, chains=4, random_state=None):
+    def to_inference_data(self, X=None, y=None, groups=None, *, draws=500, chains=4, random_state=None):
         """ArviZ ``InferenceData`` of the Laplace posterior: draws of every parameter and group effect.
 
         Group ``posterior``: ``coef`` (dim ``feature``), ``thresholds`` (``cut``), ``sd``
@@ -575,16 +577,27 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         :meth:`summary` and :meth:`group_effects` report them.  The draws are independent
         (:func:`bayesord._mixed.sample_posterior_mixed`): ``eta = (beta, b, Lambda)`` from its
         Laplace Gaussian, mapped as the fit maps its estimate (an sd is never negative), and
-        each group's effect from its Gaussian given that draw.  No log-likelihood group: the
-        draws describe the parameters, not a PSIS-LOO comparison.
+        each group's effect from its Gaussian given that draw.
+
+        With labelled rows (``X``, ``y`` and their ``groups``, as for :meth:`predict`; usually
+        the training rows) it adds ``log_likelihood`` (``log P(y_i | draw)``, each row's latent
+        value taken at its groups' drawn effects: the conditional likelihood that multilevel
+        models' PSIS-LOO usually reads), ``posterior_predictive`` and ``observed_data``, so
+        ``arviz.loo`` and :func:`bayesord.diagnostics.compare` take it.
 
         Args:
+            X, y, groups: optional labelled rows, every row in a group the model was fitted on.
             draws: draws per chain.
             chains: independent chains (for ArviZ's r_hat and ESS as usual).
             random_state: seed (int) of the draws (None: 0).
 
         Returns:
             arviz.InferenceData.
+
+        Raises:
+            ValueError: ``X`` without ``y`` or the reverse, a row of a group the fit has not
+                seen, a label not in ``classes_``, or a draw count that is not a positive
+                integer.
         """
         import arviz as az
         from sklearn.utils.validation import check_is_fitted
@@ -617,10 +630,50 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
             else:
                 posterior[name], dims[name] = block, [factor, f"{factor}_term"]
                 coords[f"{factor}_term"] = list(names)
-        posterior = {k: v.reshape((int(chains), int(draws)) + v.shape[1:]) for k, v in posterior.items()}
+        def per_chain(a):
+            return a.reshape((int(chains), int(draws)) + a.shape[1:])
+
+        groups_data = {}
+        if X is not None or y is not None:
+            if X is None or y is None:
+                raise ValueError("the log-likelihood needs labelled rows: pass X and y together (and their groups)")
+            loglik, predicted, observed = self._draws_loglik(X, y, groups, natural[:, :d], natural[:, d:d + k1],
+                                                             effects, random_state)
+            values = self.classes_ if self.classes_.dtype.kind in "biuf" else np.arange(len(self.classes_))
+            groups_data = {"log_likelihood": {"y": per_chain(loglik)},
+                           "posterior_predictive": {"y": per_chain(values[predicted])},
+                           "observed_data": {"y": values[observed]}}
+            dims["y"], coords["obs_id"] = ["obs_id"], np.arange(observed.size)
         attrs = {"model": "ordinal mixed model", "inference": "Laplace approximation (independent draws)",
                  "classes": [str(c) for c in self.classes_], "library": "bayesord"}
-        return az.from_dict(posterior=posterior, coords=coords, dims=dims, attrs=attrs)
+        return az.from_dict(posterior={k: per_chain(v) for k, v in posterior.items()}, **groups_data,
+                            coords=coords, dims=dims, attrs=attrs)
+
+    def _draws_loglik(self, X, y, groups, coef, thresholds, effects, random_state):
+        """``log P(y_i | draw)`` (S, n) at each draw's coefficients, thresholds and the drawn
+        effects of each row's groups (all on the user's scale), one label drawn per draw and
+        row (S, n), and the observed class codes (n,)."""
+        X, codes = self._inputs(X, groups)
+        observed = self._encode_y(y, X.shape[0])
+        codes = codes.reshape(X.shape[0], -1)
+        if np.any(codes < 0):
+            raise ValueError("the log-likelihood takes each row's latent value at its group's effect: "
+                             "every row must be in a group the model was fitted on")
+        X = np.asarray(X, np.float64)
+        latent = X @ coef.T  # (n, S)
+        offset = np.cumsum([0] + [len(lv) for lv in (self.groups_ if codes.shape[1] > 1 else [self.groups_])])
+        for r, slopes in enumerate(self.result_.config.factor_slopes):
+            u = effects[:, offset[r] + codes[:, r], :]  # (S, n, P): intercept, then the slopes
+            latent += u[:, :, 0].T + np.einsum("snk,nk->ns", u[:, :, 1:1 + len(slopes)], X[:, list(slopes)])
+        S, n = coef.shape[0], X.shape[0]
+        log_p = np.concatenate([  # 256 draws at a time: memory O(256 n K)
+            np.asarray(log_class_probs(jnp.asarray(latent[:, s:s + 256].T.ravel()), jnp.ones(n * len(b)),
+                                       jnp.asarray(np.repeat(b, n, axis=0)), self.link)).reshape(len(b), n, -1)
+            for s, b in ((s, thresholds[s:s + 256]) for s in range(0, S, 256))])
+        # One label per draw and row from its class probabilities (inverse CDF).
+        uniform = np.random.default_rng(0 if random_state is None else random_state).random((S, n, 1))
+        predicted = np.minimum(np.sum(np.cumsum(np.exp(log_p), axis=2) < uniform, axis=2), log_p.shape[2] - 1)
+        return np.take_along_axis(log_p, observed[None, :, None], axis=2)[:, :, 0], predicted, observed
 
     def group_effects(self, level=0.95):
         """Each group's effect: conditional mode, posterior sd and central interval.
