@@ -613,7 +613,7 @@ def test_arviz_draws_are_the_laplace_posterior_of_the_parameters_and_the_group_e
     lam, s = float(res.eta[-1]), float(np.sqrt(res.eta_cov[-1, -1]))
     folded = lambda t: norm.cdf((t - lam) / s) - norm.cdf((-t - lam) / s)
     assert kstest(post["sd"].values.ravel(), folded).pvalue > 0.001
-    assert list(post["sd"].coords["group_term"].values) == ["judge"]
+    assert list(post["sd"].coords["group_sd"].values) == ["judge"]
     assert list(post["thresholds"].coords["cut"].values) == list(table.index[2:6])
 
 
@@ -649,8 +649,8 @@ def test_arviz_export_of_slopes_and_crossed_factors_names_every_term(datasets_di
     assert post["effects_judge"].dims == ("chain", "draw", "judge", "judge_term")
     assert list(post["effects_judge"].coords["judge_term"].values) == ["(Intercept)", "temp[T.warm]"]
     assert post["effects_bottle"].dims == ("chain", "draw", "bottle")
-    assert list(post["sd"].coords["group_term"].values) == ["judge: (Intercept)", "judge: temp[T.warm]", "bottle"]
-    assert list(post["corr"].coords["term_pair"].values) == ["judge: (Intercept), temp[T.warm]"]
+    assert list(post["sd"].coords["group_sd"].values) == ["judge: (Intercept)", "judge: temp[T.warm]", "bottle"]
+    assert list(post["corr"].coords["group_corr"].values) == ["judge: (Intercept), temp[T.warm]"]
     assert np.all(post["sd"].values >= 0) and np.all(np.abs(post["corr"].values) <= 1)
     with pytest.raises(ValueError, match="draws must be a positive integer"):
         model.to_inference_data(draws=0)

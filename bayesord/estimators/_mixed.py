@@ -571,8 +571,8 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         """ArviZ ``InferenceData`` of the Laplace posterior: draws of every parameter and group effect.
 
         Group ``posterior``: ``coef`` (dim ``feature``), ``thresholds`` (``cut``), ``sd``
-        (``group_term``: one per factor and term, as :meth:`summary` names them), ``corr``
-        (``term_pair``, with random slopes) and, per grouping factor, ``effects_<factor>``
+        (``group_sd``: one per factor and term, as :meth:`summary` names them), ``corr``
+        (``group_corr``, with random slopes) and, per grouping factor, ``effects_<factor>``
         (dims the factor's levels and, with slopes, ``<factor>_term``), on the user's scale as
         :meth:`summary` and :meth:`group_effects` report them.  The draws are independent
         (:func:`bayesord._mixed.sample_posterior_mixed`): ``eta = (beta, b, Lambda)`` from its
@@ -606,6 +606,8 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         for name, value in (("draws", draws), ("chains", chains)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if (X is None) != (y is None):
+            raise ValueError("the log-likelihood needs labelled rows: pass X and y together (and their groups)")
         natural, effects = (np.asarray(a) for a in sample_posterior_mixed(
             self.result_, draws_key(random_state), n_draws=int(draws) * int(chains)))
         d, k1 = len(self.coef_), len(self.thresholds_)
@@ -613,10 +615,10 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         n_sd = len(sd_labels)
         posterior = {"coef": natural[:, :d], "thresholds": natural[:, d:d + k1],
                      "sd": natural[:, d + k1:d + k1 + n_sd]}
-        dims = {"coef": ["feature"], "thresholds": ["cut"], "sd": ["group_term"]}
-        coords = {"feature": self._coef_names(), "cut": threshold_names(self.classes_), "group_term": sd_labels}
+        dims = {"coef": ["feature"], "thresholds": ["cut"], "sd": ["group_sd"]}
+        coords = {"feature": self._coef_names(), "cut": threshold_names(self.classes_), "group_sd": sd_labels}
         if corr_labels:
-            posterior["corr"], dims["corr"], coords["term_pair"] = natural[:, d + k1 + n_sd:], ["term_pair"], corr_labels
+            posterior["corr"], dims["corr"], coords["group_corr"] = natural[:, d + k1 + n_sd:], ["group_corr"], corr_labels
         terms = self._terms_by_factor()
         levels = self.groups_ if len(terms) > 1 else [self.groups_]
         start = 0
@@ -630,13 +632,12 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
             else:
                 posterior[name], dims[name] = block, [factor, f"{factor}_term"]
                 coords[f"{factor}_term"] = list(names)
+
         def per_chain(a):
             return a.reshape((int(chains), int(draws)) + a.shape[1:])
 
         groups_data = {}
-        if X is not None or y is not None:
-            if X is None or y is None:
-                raise ValueError("the log-likelihood needs labelled rows: pass X and y together (and their groups)")
+        if X is not None:
             loglik, predicted, observed = self._draws_loglik(X, y, groups, natural[:, :d], natural[:, d:d + k1],
                                                              effects, random_state)
             values = self.classes_ if self.classes_.dtype.kind in "biuf" else np.arange(len(self.classes_))
