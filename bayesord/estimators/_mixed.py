@@ -586,7 +586,10 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         ``arviz.loo`` and :func:`bayesord.diagnostics.compare` take it.
 
         Args:
-            X, y, groups: optional labelled rows, every row in a group the model was fitted on.
+            X: optional labelled rows (features, as for :meth:`predict`).
+            y: their labels (with ``X``).
+            groups: their groups, every one a group the model was fitted on (a formula
+                model reads them from ``X``).
             draws: draws per chain.
             chains: independent chains (for ArviZ's r_hat and ESS as usual).
             random_state: seed (int) of the draws (None: 0).
