@@ -420,6 +420,8 @@ def test_a_continuous_target_is_fitted_with_a_warning_that_says_how_to_cut_it():
         OrdinalProbit(thresholds="joint", alpha=1.0).fit(rng.normal(size=(120, 2)) + many[:, None] / 10, many)
         # nor does a stream's first batch, which holds few rows of many declared classes
         CuSumRank(random_state=0).partial_fit(X[:40], many[:40], classes=np.arange(40))
+        # nor the ranking SVM, whose use is ranking a continuous target by its order relations
+        SwappedPairsSVM(random_state=0).fit(X, y)
 
 
 def test_a_perceptron_stream_can_take_its_classes_from_the_constructor():

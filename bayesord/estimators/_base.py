@@ -123,6 +123,10 @@ class OrdinalEstimator(BaseEstimator):
     _min_features = 1
     # How many thresholds_ a fitted model has beyond K - 1 (one per class: K).
     _extra_thresholds = 0
+    # Whether a target with as many values as rows is a use of the model (a ranking SVM's
+    # order relations) rather than a regression target passed by mistake
+    # (warn_if_continuous_target).
+    _ranks_any_target = False
     # fit's arguments that take rows besides X (TransductiveOrdinalRegression's
     # X_unlabeled): from_formula codes a DataFrame given for one as it codes the training rows.
     _formula_fit_rows = ()
@@ -282,7 +286,8 @@ class OrdinalEstimator(BaseEstimator):
         if require_all_classes and present.size < len(classes_):
             missing = np.delete(np.asarray(classes_), present).tolist()
             raise ValueError(f"classes {missing} have no training samples; {self._why_every_class}")
-        if require_all_classes and not _INTERNAL_FIT.get():  # a stream's batch may be small
+        # Not a stream's batch, which may be small, nor the library's own refits.
+        if require_all_classes and not _INTERNAL_FIT.get() and not self._ranks_any_target:
             warn_if_continuous_target(type(self).__name__, codes[sw > 0], len(classes_))
         self.classes_ = classes_
         self.n_features_in_ = X.shape[1]

@@ -96,6 +96,9 @@ class SwappedPairsSVM(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
     _state_types = (RankPairsResult,)
     _accept_sparse = True
     _threshold_scores = True  # calibrate(score="distance")
+    # A ranking SVM: every order relation of a continuous target is what it learns from
+    # (notebooks/05_ranking.ipynb ranks 200 rows of 134 distinct prices).
+    _ranks_any_target = True
     # Offsets cancel: the loss sees only differences of scores (f_i - f_j = w.(x_i - x_j)),
     # and the Gaussian kernel only differences of rows; scales still matter.
     _offset_sensitive = False
