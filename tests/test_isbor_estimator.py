@@ -296,6 +296,7 @@ def test_calibrate_sigma_widens_the_predictive_probabilities_and_nothing_else(tm
         small_model(calibrate_sigma="yes").fit(X, y)
 
 
+@pytest.mark.slow
 def test_a_deterministic_rule_predicts_with_the_thresholds_at_their_estimate(tmp_path):
     """Classes cut from x1 + x2 without noise: the fold fits' held-out rows favour the
     thresholds at their estimate (the weights' conditional posterior, computed here with

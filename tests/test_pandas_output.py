@@ -58,6 +58,7 @@ def test_probit_predictions_are_labelled_frames_with_the_same_values(data):
     assert isinstance(model.set_output(transform="default").predict(rows), np.ndarray)
 
 
+@pytest.mark.slow
 def test_margin_and_mixed_models_label_their_outputs(data):
     X, y, classes = data
     Xs = (X - X.mean()) / X.std()  # a margin model wants standardised columns
