@@ -283,6 +283,9 @@ def _model_params(args, cls):
         if name in params:
             raise ValueError(f"--param {name} is given twice (or also by its own option)")
         params[name] = value
+    if params.get("calibration_cv") is not None and (args.calibrate, args.calibrate_on) != (None, None):
+        raise ValueError("--param calibration_cv calibrates at the end of the fit, as --calibrate does: "
+                         "give one of them")
     if "random_state" in known:
         params.setdefault("random_state", 0)  # the command is reproducible by default
     if "verbose" in known:

@@ -789,7 +789,10 @@ def test_calibration_options_are_checked_before_fitting(tmp_path, capsys):
     pd.read_csv(paths["cal"]).rename(columns={"c": "d"}).to_csv(other, index=False)
     for extra, match in ((["--calibrate", "3", "--calibrate-on", str(paths["cal"])], "not both"),
                          (["--calibrate-on", str(other)], "has feature columns"),
-                         (["--calibrate-on", str(paths["train"])], "that is the DATA file")):
+                         (["--calibrate-on", str(paths["train"])], "that is the DATA file"),
+                         (["--calibrate", "3", "--param", "calibration_cv=3"], "give one of them"),
+                         (["--formula", "y ~ .", "--calibrate-on", str(paths["cal"]), "--param",
+                           "calibration_cv=3"], "give one of them")):
         out = tmp_path / "m.npz"
         assert main(["fit", str(paths["train"]), "--out", str(out), "--quiet", *extra]) == 2
         assert match in capsys.readouterr().err and not out.exists()
