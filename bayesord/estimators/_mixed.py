@@ -10,6 +10,7 @@ import numpy as np
 from sklearn.base import clone
 
 from .._compile_cache import program_for_rows, stored_fit_program
+from .._likelihood import log_class_probs
 from .._mixed import (
     MixedConfig,
     MixedResult,
@@ -20,10 +21,10 @@ from .._mixed import (
     sample_class_probs_mixed,
     sample_posterior_mixed,
 )
-from .._likelihood import log_class_probs
 from .._shapes import bucket_rows, pad_rows
 from .._status import Status, check_status
 from .._validation import float_dtype
+from ..diagnostics import _check_draws
 from ._base import (
     BAYES_ONE_CLASS_HINT,
     OrdinalEstimator,
@@ -606,13 +607,11 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         from sklearn.utils.validation import check_is_fitted
 
         check_is_fitted(self, "coef_")
-        for name, value in (("draws", draws), ("chains", chains)):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        draws, chains = _check_draws("draws", draws), _check_draws("chains", chains)
         if (X is None) != (y is None):
             raise ValueError("the log-likelihood needs labelled rows: pass X and y together (and their groups)")
         natural, effects = (np.asarray(a) for a in sample_posterior_mixed(
-            self.result_, draws_key(random_state), n_draws=int(draws) * int(chains)))
+            self.result_, draws_key(random_state), n_draws=draws * chains))
         d, k1 = len(self.coef_), len(self.thresholds_)
         sd_labels, corr_labels, _, _ = self._group_cov_labels()
         n_sd = len(sd_labels)
@@ -637,7 +636,7 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
                 coords[f"{factor}_term"] = list(names)
 
         def per_chain(a):
-            return a.reshape((int(chains), int(draws)) + a.shape[1:])
+            return a.reshape((chains, draws) + a.shape[1:])
 
         groups_data = {}
         if X is not None:

@@ -140,16 +140,16 @@ class UncertaintyMixin:
     def _calibration_folds(self, fit_args):
         """The constructor's ``calibration_cv`` as a fold count (0: none), checked before a
         user's fit (``fit_args``: the arguments ``fit`` was called with) spends its time."""
-        cv = self.calibration_cv
-        if cv is None:
-            return 0
-        if isinstance(cv, bool) or not isinstance(cv, (int, np.integer)) or cv < 2:
-            raise ValueError(f"calibration_cv must be None or a number of folds >= 2, got {cv!r}")
-        if fit_args.get("sample_weight") is not None:
+        try:
+            folds = check_cv(self.calibration_cv)
+        except ValueError:
+            raise ValueError(f"calibration_cv must be None or a number of folds >= 2, got "
+                             f"{self.calibration_cv!r}") from None
+        if folds and fit_args.get("sample_weight") is not None:
             raise ValueError("calibration_cv cross-fits its copies on unweighted rows, so it cannot "
                              "follow a fit with sample_weight: leave calibration_cv=None and call "
                              "calibrate(X_cal, y_cal) on held-out rows after the fit")
-        return int(cv)
+        return folds
 
     def _calibrate_on_fit_rows(self, fit_args, cv):
         """``calibrate(X, y, cv=cv)`` on the labelled rows a user's fit was given (the fit's
