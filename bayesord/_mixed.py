@@ -765,9 +765,9 @@ def sample_posterior_mixed(result: MixedResult, key, *, n_draws: int = 2000):
     ``eta`` is drawn from ``N(eta*, Sigma_eta)`` and mapped to the coefficients, thresholds,
     group sds and correlations as the fit maps its estimate (so an sd is never negative and a
     correlation stays in [-1, 1]); each group's effect given that draw from its conditional
-    Gaussian, ``u* + (du*/deta) (eta - eta*) + N(0, cond_cov)`` (the joint Gaussian of the
-    module docstring; the effects of different groups are drawn independently given
-    ``eta``, which leaves out the correlation between levels of different crossed factors).
+    Gaussian, ``u* + (du*/deta) (eta - eta*)`` plus a draw of their joint conditional
+    covariance given ``eta`` (the joint Gaussian of the module docstring; with several
+    factors the levels are correlated given ``eta``, see :func:`_conditional_effects_noise`).
 
     Returns:
         ``(natural, effects)``: (n_draws, m') in the order of :attr:`MixedResult.cov`, and the
@@ -786,12 +786,61 @@ def sample_posterior_mixed(result: MixedResult, key, *, n_draws: int = 2000):
     q, p, m = result.effects_cross.shape
     # effects_cross = (du*/deta) Sigma_eta, and the conditional covariance is cond_cov.
     gain = jax.scipy.linalg.cho_solve((L, True), result.effects_cross.reshape(q * p, m).T).T.reshape(q, p, m)
-    w, V = jnp.linalg.eigh(result.effects_cond_cov)  # a group sd fitted at 0 leaves it singular
-    root = V * jnp.sqrt(jnp.maximum(w, 0.0))[:, None, :]
-    eps = jax.random.normal(k_u, (n_draws, q, p), eta.dtype)
-    u = result.effects + jnp.einsum("qpm,sm->sqp", gain, e) + jnp.einsum("qij,sqj->sqi", root, eps)
+    u = result.effects + jnp.einsum("qpm,sm->sqp", gain, e) + _conditional_effects_noise(result, gain, k_u, n_draws)
     T = jnp.broadcast_to(T, (q,) + T.shape) if T.ndim == 2 else T[_factor_of(config)]
     return natural(eta + e), jnp.einsum("qij,sqj->sqi", T, u)
+
+
+def _psd_root(C):
+    """``R`` with ``R R^T = C`` for symmetric positive semi-definite ``C`` (batched): its
+    eigenvectors scaled by the roots of its eigenvalues, rounding below 0 taken as 0 (a group
+    sd fitted at 0 leaves ``C`` singular)."""
+    w, V = jnp.linalg.eigh(C)
+    return V * jnp.sqrt(jnp.maximum(w, 0.0))[..., None, :]
+
+
+def _conditional_effects_noise(result: MixedResult, gain, key, n_draws):
+    """Draws of ``u - E[u | eta]`` from the group effects' joint Gaussian given ``eta``,
+    shape (n_draws, Q, p); ``gain = du*/deta`` (Q, p, m).
+
+    One factor: the groups are independent given ``eta`` (``D`` is block diagonal), each
+    drawn from its ``effects_cond_cov``.  Several: only the levels of the factor of most
+    levels, ``b``, are (``A`` is block diagonal; two of its levels never share a row), and
+    only given the other factors' effects.  So those are drawn first, jointly from their
+    conditional covariance ``C_rr``, and then each level ``j`` of ``b`` from its Gaussian given
+    them: mean ``K_j z_r`` with ``K = C_br C_rr^+``, covariance ``C_jj - K_j C_rj``.  The
+    covariances given ``eta`` are the stored posterior ones less the part that ``eta``'s
+    uncertainty adds, ``gain Sigma_eta gain^T = effects_cross gain^T``.
+    """
+    Q, p, m = gain.shape
+    if result.factor_rest_cov.shape[0] == 0:
+        eps = jax.random.normal(key, (n_draws, Q, p), gain.dtype)
+        return jnp.einsum("qij,sqj->sqi", _psd_root(result.effects_cond_cov), eps)
+    k_rest, k_big = jax.random.split(key)
+    layout = _layout(result.config.levels)
+    qb = layout.levels[layout.big]
+    big = np.arange(qb) + layout.config_offset[layout.big]
+    rest = np.concatenate([np.arange(layout.levels[r]) + layout.config_offset[r] for r in layout.rest])
+
+    def flat(a):
+        return a.reshape(-1, m)
+
+    C_rr = result.factor_rest_cov - flat(result.effects_cross[rest]) @ flat(gain[rest]).T
+    C_br = result.factor_cross_cov - flat(result.effects_cross[big]) @ flat(gain[rest]).T
+    w, V = jnp.linalg.eigh(0.5 * (C_rr + C_rr.T))
+    # Directions of C_rr at rounding level (a factor whose sd is fitted at 0) are no
+    # direction at all: they get neither noise nor weight in K.
+    tol = C_rr.shape[0] * jnp.finfo(w.dtype).eps * jnp.max(jnp.diagonal(result.effects_cov, axis1=1, axis2=2))
+    kept = w > tol
+    K = ((C_br @ V) * jnp.where(kept, 1.0 / jnp.where(kept, w, 1.0), 0.0)) @ V.T
+    z_rest = (jax.random.normal(k_rest, (n_draws, w.shape[0]), gain.dtype) * jnp.sqrt(jnp.where(kept, w, 0.0))) @ V.T
+    K3 = K.reshape(qb, p, -1)
+    cov_big = result.effects_cond_cov[big] - jnp.einsum("qik,qjk->qij", K3, C_br.reshape(qb, p, -1))
+    eps = jax.random.normal(k_big, (n_draws, qb, p), gain.dtype)
+    z_big = jnp.einsum("qik,sk->sqi", K3, z_rest) + jnp.einsum(
+        "qij,sqj->sqi", _psd_root(0.5 * (cov_big + jnp.swapaxes(cov_big, 1, 2))), eps)
+    out = jnp.zeros((n_draws, Q, p), gain.dtype)
+    return out.at[:, big].set(z_big).at[:, rest].set(z_rest.reshape(n_draws, -1, p))
 
 
 @jax.jit

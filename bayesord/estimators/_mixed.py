@@ -578,7 +578,8 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         :meth:`summary` and :meth:`group_effects` report them.  The draws are independent
         (:func:`bayesord._mixed.sample_posterior_mixed`): ``eta = (beta, b, Lambda)`` from its
         Laplace Gaussian, mapped as the fit maps its estimate (an sd is never negative), and
-        each group's effect from its Gaussian given that draw.
+        the group effects from their joint Gaussian given that draw (the levels of crossed
+        factors are correlated).
 
         With labelled rows (``X``, ``y`` and their ``groups``, as for :meth:`predict`; usually
         the training rows) it adds ``log_likelihood`` (``log P(y_i | draw)``, each row's latent
