@@ -367,6 +367,26 @@ def test_cv_width_search_stops_after_two_widths_in_a_row_score_below_the_best(da
     assert tolerances == [0.5]
 
 
+
+def test_the_linear_kernel_has_no_width_to_search(data, monkeypatch):
+    """Its fits do not depend on theta, so the CV fits its folds once (they used to be
+    fitted again for every width of the grid, to the same result)."""
+    import bayesord.estimators._isbor as est
+
+    X, y = data
+    tried = []
+
+    def fake_folds(theta, weights, X, y, cand, key, min_delta, *, solver, config):
+        tried.append(float(theta))
+        proba = np.full((weights.shape[0], len(y), 3), 1 / 3)
+        return np.tile(np.asarray(y), (weights.shape[0], 1)), proba, None
+
+    monkeypatch.setattr(est, "_fold_predictions", fake_folds)
+    model = small_model(kernel="linear", theta="auto", theta_grid=(3.0, 1.0, 5.0), cv=3,
+                        calibrate_sigma=False).fit(X, y)
+    assert tried == [1.0]
+    assert model.theta_ == 1.0 and model.theta_grid_values_.tolist() == [1.0]
+
 @pytest.mark.slow
 def test_theta_auto_by_cv_accepts_splitters_and_index_splits(data):
     """cv as a scikit-learn splitter or as (train, test) index pairs: the same partition

@@ -323,7 +323,11 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
 
         The fit standardises its columns, so two rows lie a squared distance of about
         ``2 d'`` apart and ``1 / d'`` (scikit-learn's ``gamma="scale"`` on those columns)
-        puts the kernel between typical rows near ``e^-2`` in any dimension."""
+        puts the kernel between typical rows near ``e^-2`` in any dimension.  The linear kernel
+        has no width: one entry, so a CV selection fits its folds once (for
+        ``calibrate_sigma``) instead of once per width to the same fits."""
+        if self.kernel == "linear":
+            return np.ones(1)
         if not isinstance(self.theta_grid, str):
             return np.asarray(self.theta_grid, dtype=float)
         center, scale = center_and_scale(X, sw)
@@ -631,7 +635,8 @@ class ISBOR(_SparseBayesOrdinal):
     Args:
         kernel: ``"rbf"`` (default), ``"linear"``, ``"poly"`` or ``"precomputed"`` (then ``X``
             is the square basis matrix at fit time and ``(n, n_train)`` at predict time).
-        theta: kernel width, or ``"auto"`` to select it from ``theta_grid``.
+        theta: kernel width, or ``"auto"`` to select it from ``theta_grid`` (the linear
+            kernel has none: ``"auto"`` gives 1 and ``theta_grid`` is not read).
         theta_grid: candidate widths for ``theta="auto"``: ``"scale"`` (default) for
             ``(0.1, 0.3, 1, 3) / d'``, ``d'`` the number of non-constant columns (the fit
             standardises its columns, so ``1 / d'`` is scikit-learn's ``gamma="scale"`` on
