@@ -40,6 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._basis import kernel_matrix
+from ._clm import CLMResult, _columns_of, _natural as _clm_natural
 from ._isbor import Action, ISBORResult, weight_cov
 from ._laplace import gap_space_gaussian
 from ._likelihood import LINKS, log_class_probs
@@ -95,11 +96,13 @@ class LaplacePosterior(NamedTuple):
 def laplace_posterior(model, **kwargs) -> LaplacePosterior:
     """The :class:`LaplacePosterior` of a fitted Bayesian model.
 
-    Dispatches on the functional result: registered for :class:`bayesord.ProbitResult`
-    and :class:`bayesord.ISBORResult` (weights over the relevance vectors and thresholds;
-    sigma and alpha as type-II ML point estimates); the link, kernel and degree are read
-    from the result's ``config``; ``classes=`` and ``feature_names=`` label the output.  A fitted estimator (:class:`bayesord.OrdinalProbit`,
-    :class:`bayesord.ISBOR`, :class:`bayesord.SBOR`) is read through its
+    Dispatches on the functional result: registered for :class:`bayesord.ProbitResult`,
+    :class:`bayesord.ISBORResult` (weights over the relevance vectors and thresholds;
+    sigma and alpha as type-II ML point estimates) and :class:`bayesord._clm.CLMResult`
+    (the maximum-likelihood fit under a flat prior); the link, kernel and degree are read
+    from the result's ``config``; ``classes=`` and ``feature_names=`` label the output.  A
+    fitted estimator (:class:`bayesord.OrdinalProbit`, :class:`bayesord.ISBOR`,
+    :class:`bayesord.SBOR`, :class:`bayesord.CumulativeLinkModel`) is read through its
     ``posterior_result()``, which returns its result and those settings.
 
     Raises:
@@ -114,7 +117,8 @@ def laplace_posterior(model, **kwargs) -> LaplacePosterior:
                     if t is not object})
     raise TypeError(
         f"{type(model).__name__} has no posterior to export; to_inference_data, loo and "
-        f"compare work with the Bayesian models only: OrdinalProbit, ISBOR, SBOR and the "
+        f"compare work with the models that have one: OrdinalProbit, ISBOR, SBOR, "
+        f"CumulativeLinkModel (a flat prior), OrdinalMixed (its own method) and the "
         f"functional results {', '.join(names)}"
     )
 
@@ -167,6 +171,64 @@ def _(result, *, link=None, classes=None, feature_names=None, model_name="ordina
     names = [f"x{j}" for j in range(d)] if feature_names is None else list(feature_names)
     return _probit_posterior(result, result.config.link, classes, names, model_name)
 
+
+
+@lru_cache(maxsize=None)
+def _clm_log_probs(link):
+    """One draw's log class probabilities of a cumulative link model from its parameters on
+    the user's columns (model (1) of :mod:`bayesord._clm`: thresholds ``b_k + a_nom^T
+    gamma_k``, latent mean ``a_loc^T beta``, scale ``exp(a_sca^T zeta)``); one function
+    object per link, so ``_pointwise`` reuses its compiled program."""
+
+    def log_probs(params, A):
+        f = A[:, params["location"]] @ params["coef"]
+        B = params["thresholds"] + (A[:, params["nominal"]] @ params["nominal_coef"] if "nominal_coef" in params
+                                    else 0.0)
+        sigma = jnp.exp(A[:, params["scale_columns"]] @ params["scale_coef"]) if "scale_coef" in params else 1.0
+        a = (B - f[:, None]) / jnp.broadcast_to(sigma, f.shape)[:, None]
+        return log_class_probs(jnp.zeros_like(f), jnp.ones_like(f), a, link)
+
+    return log_probs
+
+
+@laplace_posterior.register(CLMResult)
+def _(result, *, link=None, classes=None, feature_names=None, nominal_names=None, scale_names=None,
+      model_name="cumulative link model", **kwargs):
+    """The maximum-likelihood fit read as the Laplace posterior under a flat prior (as its
+    bands are): drawn in the fit's own parameters (thresholds as the first and log-gaps,
+    so every draw's are ordered) and mapped to the user's columns as the fit maps its
+    estimate."""
+    check_settings(result.config, link=link)
+    res = jax.tree_util.tree_map(np.asarray, result)
+    if not np.all(np.isfinite(res.eta_cov)):
+        raise ValueError("the fit's covariance is not finite: its Laplace posterior has nothing to draw from")
+    cols = _columns_of(res)
+    d, k1, p, r = res.coef.shape[0], res.thresholds.shape[0], res.nominal.shape[0], res.scale_columns.shape[0]
+    classes = np.arange(k1 + 1) if classes is None else np.asarray(classes)
+    cls = [str(c) for c in classes]
+    coords = {"feature": [f"x{j}" for j in res.location] if feature_names is None else list(feature_names),
+              "cut": [f"{cls[k]}|{cls[k + 1]}" for k in range(k1)]}
+    dims = {"coef": ("feature",), "thresholds": ("cut",)}
+    if p:
+        coords["nominal_feature"] = [f"x{j}" for j in res.nominal] if nominal_names is None else list(nominal_names)
+        dims["nominal_coef"] = ("nominal_feature", "cut")
+    if r:
+        coords["scale_feature"] = [f"x{j}" for j in res.scale_columns] if scale_names is None else list(scale_names)
+        dims["scale_coef"] = ("scale_feature",)
+    center, scale = jnp.asarray(res.center), jnp.asarray(res.scale)
+
+    def unpack(flat):
+        nat = jax.vmap(lambda e: _clm_natural(e, center, scale, cols, k1))(flat)
+        out = {"coef": nat[:, :d], "thresholds": nat[:, d:d + k1]}
+        if p:
+            out["nominal_coef"] = nat[:, d + k1:d + k1 + p * k1].reshape(-1, p, k1)
+        if r:
+            out["scale_coef"] = nat[:, d + k1 + p * k1:]
+        return out
+
+    data = {"location": res.location, "nominal": res.nominal, "scale_columns": res.scale_columns}
+    return LaplacePosterior(model_name, res.eta, res.eta_cov, unpack, {}, dims, coords,
+                            _clm_log_probs(result.config.link), classes, data)
 
 @lru_cache(maxsize=None)
 def _sparse_log_probs(kernel, degree, link):
@@ -293,8 +355,8 @@ def to_inference_data(model, X, y, *, draws: int = 500, chains: int = 4, key=Non
     """An :class:`arviz.InferenceData` of a fitted Bayesian model's Laplace posterior.
 
     Args:
-        model: a fitted :class:`bayesord.OrdinalProbit`, :class:`bayesord.ISBOR` or
-            :class:`bayesord.SBOR`; or a :class:`bayesord.ProbitResult` or
+        model: a fitted :class:`bayesord.OrdinalProbit`, :class:`bayesord.ISBOR`,
+            :class:`bayesord.SBOR` or :class:`bayesord.CumulativeLinkModel`; or a :class:`bayesord.ProbitResult` or
             :class:`bayesord.ISBORResult` (its link, kernel and degree are in its
             ``config``; optionally pass ``classes=`` and ``feature_names=``).
         X: inputs whose observed labels are ``y`` (usually the training data), (n, d).

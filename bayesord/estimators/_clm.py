@@ -371,6 +371,36 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
                                        n_draws=int(self.n_draws))
         return bands_from_draws(draws[:, :n], level)
 
+    # ------------------------------------------------------------------ posterior
+    def posterior_result(self):
+        """The functional :class:`bayesord._clm.CLMResult` of the fit and the settings that
+        label it (``classes``, the columns' names, ``model_name``): what
+        :mod:`bayesord.diagnostics` dispatches on."""
+        from sklearn.utils.validation import check_is_fitted
+
+        check_is_fitted(self, "coef_")
+        return self.result_, dict(classes=self.classes_, feature_names=list(self.location_),
+                                  nominal_names=list(self.nominal_), scale_names=list(self.scale_),
+                                  model_name=type(self).__name__)
+
+    def to_inference_data(self, X, y, **kwargs):
+        """ArviZ ``InferenceData`` of the fit read as a Laplace posterior under a flat prior
+        (the Gaussian its bands integrate): draws of ``coef``, ``thresholds`` and, where the
+        model has them, ``nominal_coef`` (dims ``nominal_feature``, ``cut``) and
+        ``scale_coef``, with the log-likelihood of the rows ``X``, ``y`` (usually the
+        training rows; a formula model reads a DataFrame), so ``arviz.loo`` and
+        :func:`bayesord.diagnostics.compare` rank it beside the Bayesian models and
+        :class:`~bayesord.OrdinalMixed`.  See :func:`bayesord.diagnostics.to_inference_data`
+        for the groups and arguments.
+
+        Raises:
+            ValueError: the fit's covariance is not finite, besides the errors of
+                :func:`bayesord.diagnostics.to_inference_data`.
+        """
+        from .. import diagnostics
+
+        return diagnostics.to_inference_data(self, X, y, **kwargs)
+
     # ------------------------------------------------------------------ summary
     def summary(self, level=0.95):
         """Estimates, sds, central intervals, z and two-sided p-values (as ``clm`` prints them).
