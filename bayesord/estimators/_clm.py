@@ -6,6 +6,7 @@ import jax
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
+from .. import diagnostics
 from .._clm import (
     CLMConfig,
     CLMResult,
@@ -397,8 +398,6 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
             ValueError: the fit's covariance is not finite, besides the errors of
                 :func:`bayesord.diagnostics.to_inference_data`.
         """
-        from .. import diagnostics
-
         return diagnostics.to_inference_data(self, X, y, **kwargs)
 
     # ------------------------------------------------------------------ summary
