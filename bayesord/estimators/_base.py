@@ -24,7 +24,6 @@ import zlib
 import jax
 import numpy as np
 import scipy.sparse as sp
-from scipy.special import logsumexp
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import ClassifierTags
@@ -457,7 +456,8 @@ def proba_from_log(log_proba):
     exponentiating in float32 gives it 0 (below about 1e-38), an infinite log-loss for a
     row of that class."""
     log_p = np.asarray(log_proba, dtype=np.float64)
-    return np.exp(log_p - logsumexp(log_p, axis=1, keepdims=True))
+    p = np.exp(log_p - np.max(log_p, axis=1, keepdims=True))
+    return p / np.sum(p, axis=1, keepdims=True)
 
 
 def class_from_proba(proba, rule):
