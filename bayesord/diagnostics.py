@@ -172,7 +172,6 @@ def _(result, *, link=None, classes=None, feature_names=None, model_name="ordina
     return _probit_posterior(result, result.config.link, classes, names, model_name)
 
 
-
 @lru_cache(maxsize=None)
 def _clm_log_probs(link):
     """One draw's log class probabilities of a cumulative link model from its parameters on
@@ -229,6 +228,7 @@ def _(result, *, link=None, classes=None, feature_names=None, nominal_names=None
     data = {"location": res.location, "nominal": res.nominal, "scale_columns": res.scale_columns}
     return LaplacePosterior(model_name, res.eta, res.eta_cov, unpack, {}, dims, coords,
                             _clm_log_probs(result.config.link), classes, data)
+
 
 @lru_cache(maxsize=None)
 def _sparse_log_probs(kernel, degree, link):
@@ -356,9 +356,10 @@ def to_inference_data(model, X, y, *, draws: int = 500, chains: int = 4, key=Non
 
     Args:
         model: a fitted :class:`bayesord.OrdinalProbit`, :class:`bayesord.ISBOR`,
-            :class:`bayesord.SBOR` or :class:`bayesord.CumulativeLinkModel`; or a :class:`bayesord.ProbitResult` or
-            :class:`bayesord.ISBORResult` (its link, kernel and degree are in its
-            ``config``; optionally pass ``classes=`` and ``feature_names=``).
+            :class:`bayesord.SBOR` or :class:`bayesord.CumulativeLinkModel`; or a
+            :class:`bayesord.ProbitResult` or :class:`bayesord.ISBORResult` (its link,
+            kernel and degree are in its ``config``; optionally pass ``classes=`` and
+            ``feature_names=``).
         X: inputs whose observed labels are ``y`` (usually the training data), (n, d).
         y: observed labels, shape (n,), in the model's classes.
         draws: draws per chain.
