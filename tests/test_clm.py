@@ -382,7 +382,7 @@ def _separated_rows(n=300, seed=0):
                          "g": [f"judge {i}" for i in rng.integers(0, 20, n)]})
 
 
-@pytest.mark.parametrize("kind", ["clm", "mixed", "probit"])
+@pytest.mark.parametrize("kind", ["clm", pytest.param("mixed", marks=pytest.mark.slow), "probit"])
 @pytest.mark.parametrize("n", [30, 300])
 def test_a_fit_of_separated_classes_says_the_estimate_does_not_exist(kind, n):
     """Before their Hessian is singular to warn_if_undetermined's check, maximum-likelihood

@@ -413,6 +413,7 @@ def test_a_bootstrap_says_once_how_many_refits_did_not_converge(make):
     assert est.bootstrap_draws_["coef_"].shape[0] == 4
 
 
+@pytest.mark.slow
 def test_npsvor_bootstrap_draws_are_solved_past_the_solvers_own_error():
     """The same weights refitted in two coordinate orders: the draws differ by a small share
     of their spread (at the fit's tol = 0.1 the difference was about the spread itself)."""
@@ -543,6 +544,7 @@ def test_the_layer_reads_the_decision_values_whose_spread_a_refit_keeps():
     np.testing.assert_array_equal(est.proba_layer_columns_, [True])
 
 
+@pytest.mark.slow
 def test_a_hinge_red_svm_at_its_degenerate_optimum_says_so_and_calibrates_to_the_class_shares(tmp_path):
     # statsmodels' `fair` data (marriage rating 1-5 from eight survey answers): with the
     # hinge loss, w = 0 is RED-SVM's exact optimum here at every C.  Its decision values are
