@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from functools import lru_cache
 
 import jax
 import jax.numpy as jnp
@@ -24,7 +25,7 @@ from .._mixed import (
 from .._shapes import bucket_rows, pad_rows
 from .._status import Status, check_status
 from .._validation import float_dtype
-from ..diagnostics import _check_draws
+from ..diagnostics import _check_draws, _pointwise
 from ._base import (
     BAYES_ONE_CLASS_HINT,
     OrdinalEstimator,
@@ -101,6 +102,23 @@ class _GroupedRows:
         part.factor_names = self.factor_names
         return part
 
+
+
+@lru_cache(maxsize=None)
+def _row_log_probs(link, factor_slopes):
+    """One draw's log class probabilities of rows ``X`` (user's columns) at that draw's
+    ``coef``, ``thresholds`` and group ``effects`` (Q, p, user's scale); ``codes`` (n, R) are
+    each row's levels as rows of ``effects``.  One function object per (link, slopes), so
+    :func:`bayesord.diagnostics._pointwise` reuses its compiled program."""
+
+    def log_probs(params, X):
+        latent = X @ params["coef"]
+        for r, slopes in enumerate(factor_slopes):
+            u = params["effects"][params["codes"][:, r]]  # (n, p): the intercept, then the slopes
+            latent = latent + u[:, 0] + jnp.sum(u[:, 1:1 + len(slopes)] * X[:, list(slopes)], axis=1)
+        return log_class_probs(latent, jnp.ones_like(latent), params["thresholds"], link)
+
+    return log_probs
 
 class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
     """Ordinal regression with random intercepts (and slopes) per group (a cumulative link mixed model).
@@ -656,28 +674,24 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
     def _draws_loglik(self, X, y, groups, coef, thresholds, effects, random_state):
         """``log P(y_i | draw)`` (S, n) at each draw's coefficients, thresholds and the drawn
         effects of each row's groups (all on the user's scale), one label drawn per draw and
-        row (S, n), and the observed class codes (n,)."""
+        row (S, n), and the observed class codes (n,): through
+        :func:`bayesord.diagnostics._pointwise`, as the other models' exports."""
         X, codes = self._inputs(X, groups)
         observed = self._encode_y(y, X.shape[0])
         codes = codes.reshape(X.shape[0], -1)
         if np.any(codes < 0):
             raise ValueError("the log-likelihood takes each row's latent value at its group's effect: "
                              "every row must be in a group the model was fitted on")
-        X = np.asarray(X, np.float64)
-        latent = X @ coef.T  # (n, S)
-        offset = np.cumsum([0] + [len(lv) for lv in (self.groups_ if codes.shape[1] > 1 else [self.groups_])])
-        for r, slopes in enumerate(self.result_.config.factor_slopes):
-            u = effects[:, offset[r] + codes[:, r], :]  # (S, n, P): intercept, then the slopes
-            latent += u[:, :, 0].T + np.einsum("snk,nk->ns", u[:, :, 1:1 + len(slopes)], X[:, list(slopes)])
-        S, n = coef.shape[0], X.shape[0]
-        log_p = np.concatenate([  # 256 draws at a time: memory O(256 n K)
-            np.asarray(log_class_probs(jnp.asarray(latent[:, s:s + 256].T.ravel()), jnp.ones(n * len(b)),
-                                       jnp.asarray(np.repeat(b, n, axis=0)), self.link)).reshape(len(b), n, -1)
-            for s, b in ((s, thresholds[s:s + 256]) for s in range(0, S, 256))])
-        # One label per draw and row from its class probabilities (inverse CDF).
-        uniform = np.random.default_rng(0 if random_state is None else random_state).random((S, n, 1))
-        predicted = np.minimum(np.sum(np.cumsum(np.exp(log_p), axis=2) < uniform, axis=2), log_p.shape[2] - 1)
-        return np.take_along_axis(log_p, observed[None, :, None], axis=2)[:, :, 0], predicted, observed
+        levels = self.groups_ if codes.shape[1] > 1 else [self.groups_]
+        first = np.cumsum([0] + [len(lv) for lv in levels])[:-1]  # each factor's first row of effects
+        dtype = float_dtype()
+        draws = {"coef": jnp.asarray(coef, dtype), "thresholds": jnp.asarray(thresholds, dtype),
+                 "effects": jnp.asarray(effects, dtype)}
+        keys = jax.random.split(jax.random.fold_in(draws_key(random_state), 1), coef.shape[0])
+        loglik, predicted = _pointwise(_row_log_probs(self.link, self.result_.config.factor_slopes), 256, draws,
+                                       {"codes": jnp.asarray(codes + first, jnp.int32)}, jnp.asarray(X, dtype),
+                                       jnp.asarray(observed, jnp.int32), keys)
+        return np.asarray(loglik, np.float64), np.asarray(predicted), observed
 
     def group_effects(self, level=0.95):
         """Each group's effect: conditional mode, posterior sd and central interval.
