@@ -16,7 +16,7 @@ from scipy.special import expit
 from scipy.stats import norm
 from sklearn.exceptions import ConvergenceWarning
 
-from bayesord import ISBOR, OrdinalProbit
+from bayesord import ISBOR, CumulativeLinkModel, OrdinalMixed, OrdinalProbit
 from bayesord._likelihood import predictive_scale
 from bayesord.datasets import make_ordinal_probit
 from bayesord.estimators._base import classes_separated
@@ -258,6 +258,48 @@ def test_isbor_kernel_fit_is_the_same_on_raw_and_standardised_columns():
         np.testing.assert_allclose(raw.relevance_vectors_, X[raw.relevance_indices_], rtol=1e-5, atol=1e-3)
 
 
+@pytest.mark.slow  # float32 programs of their own: about 10 s of compiling
+@pytest.mark.parametrize("mode", ["evidence", "joint"])
+def test_float32_probit_is_the_same_on_columns_far_from_zero(mode):
+    # Cast to float32 first, a column 10^5 sds from zero keeps its spread only to about
+    # 6e-3 sd (before host_offsets the probabilities moved by up to 8e-3 on the wine rows).
+    shift = 1e5 * X0.std(0) * np.array([1.0, -1.0, 1.0])
+    rows = np.r_[X_TEST, X0[:5]]
+    with jax.enable_x64(False):
+        ref, far = (OrdinalProbit(thresholds=mode, alpha=1.0, random_state=0).fit(A, Y0) for A in (X0, X0 + shift))
+        np.testing.assert_allclose(far.predict_proba(rows + shift), ref.predict_proba(rows), atol=1e-4)
+        for a, b in zip(far.predict_proba_interval(rows + shift), ref.predict_proba_interval(rows)):
+            np.testing.assert_allclose(a, b, atol=1e-4)
+        np.testing.assert_allclose(far.predict_latent(rows + shift)[0], ref.predict_latent(rows)[0], atol=1e-4)
+        effects = far.marginal_effects(rows + shift)["mean"], ref.marginal_effects(rows)["mean"]
+        np.testing.assert_allclose(*effects, atol=1e-4)
+        np.testing.assert_allclose(far.coef_, ref.coef_, rtol=1e-4)
+        np.testing.assert_allclose(far.thresholds_, ref.thresholds_ + shift @ ref.coef_, rtol=1e-4)
+        if mode == "joint":  # the calibration copies' batched fit
+            ref.calibrate(X0, Y0, cv=3)
+            far.calibrate(X0 + shift, Y0, cv=3)
+            for a, b in zip(far.predict_set(rows + shift, 0.2), ref.predict_set(rows, 0.2)):
+                np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.slow  # float32 programs of their own: about 10 s of compiling
+def test_float32_clm_with_nominal_and_scale_effects_is_the_same_on_columns_far_from_zero():
+    # Without host_offsets the probabilities moved by up to 2e-3 (1,200 raw wine rows at
+    # 10^5 sds from zero).  The other coefficients at x = 0 carry the scale factor there,
+    # exp(-shift . scale_coef), which float32 cannot hold at this shift.
+    shift = 1e5 * X0.std(0) * np.array([1.0, -1.0, 1.0])
+    rows = np.r_[X_TEST, X0[:5]]
+    with jax.enable_x64(False):
+        ref, far = (CumulativeLinkModel(location=[0, 1], nominal=[2], scale=[1], random_state=0).fit(A, Y0)
+                    for A in (X0, X0 + shift))
+        np.testing.assert_allclose(far.predict_proba(rows + shift), ref.predict_proba(rows), atol=1e-4)
+        for a, b in zip(far.predict_proba_interval(rows + shift), ref.predict_proba_interval(rows)):
+            np.testing.assert_allclose(a, b, atol=1e-4)
+        effects = far.marginal_effects(rows + shift)["mean"], ref.marginal_effects(rows)["mean"]
+        np.testing.assert_allclose(*effects, atol=1e-4)
+        np.testing.assert_allclose(far.scale_coef_, ref.scale_coef_, rtol=1e-3)
+
+
 def test_a_table_with_text_columns_is_told_which_and_how_to_code_them():
     """A pandas frame read from a CSV with a text and a categorical column: the error names
     them and the two ways on, and the formula way fits the same frame."""
@@ -277,3 +319,23 @@ def test_a_date_column_is_told_apart_from_text():
     with pytest.raises(TypeError, match=r"'region' hold text or categories: code them.*"
                                         r"'visit' hold dates or durations: turn them into numbers"):
         OrdinalProbit().fit(frame, Y0)
+
+
+@pytest.mark.slow  # float32 programs of their own: about 10 s of compiling
+def test_float32_mixed_model_with_a_random_slope_is_the_same_on_columns_far_from_zero():
+    # Without host_offsets the probabilities moved by up to 2e-3 (1,200 raw wine rows at
+    # 10^5 sds from zero, a random intercept).  The slope's column is shifted too, so the
+    # intercept's sd on the user's scale (at x = 0) is not comparable; the slope's sd is.
+    groups = np.arange(len(Y0)) % 8
+    shift = 1e5 * X0.std(0) * np.array([1.0, -1.0, 1.0])
+    rows = np.r_[X_TEST, X0[:5]]
+    new_groups = np.arange(len(rows)) % 8
+    with jax.enable_x64(False):
+        ref, far = (OrdinalMixed(random_slopes=[0], random_state=0).fit(A, Y0, groups) for A in (X0, X0 + shift))
+        np.testing.assert_allclose(far.predict_proba(rows + shift, new_groups), ref.predict_proba(rows, new_groups),
+                                   atol=1e-4)
+        for a, b in zip(far.predict_proba_interval(rows + shift, new_groups),
+                        ref.predict_proba_interval(rows, new_groups)):
+            np.testing.assert_allclose(a, b, atol=1e-4)
+        np.testing.assert_allclose(far.coef_, ref.coef_, rtol=1e-3)
+        np.testing.assert_allclose(far.group_sd_[-1], ref.group_sd_[-1], atol=1e-4)

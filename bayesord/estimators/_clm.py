@@ -15,8 +15,10 @@ from .._clm import (
     fit_clm,
     marginal_effects_clm,
     predict_clm,
+    recentred_clm,
     sample_class_probs_clm,
 )
+from .._columns import host_offsets
 from .._compile_cache import program_for_rows, stored_fit_program
 from .._shapes import bucket_rows, pad_rows
 from .._status import Status, check_status, warn_user
@@ -311,9 +313,13 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         X, codes, sw = self._train
         dtype = float_dtype()
         n = X.shape[0]
-        A, c, w = pad_rows(bucket_rows(n), X, codes, sw, dtype=dtype)
+        offsets = host_offsets(X, dtype)
+        A, c, w = pad_rows(bucket_rows(n), X if offsets is None else X - offsets, codes, sw, dtype=dtype)
         res = _fit_program(A.shape[0])(A, c, w, solver_tol(self.tol, dtype), columns, config=config)
-        return jax.tree_util.tree_map(np.asarray, res)
+        if offsets is None:
+            return jax.tree_util.tree_map(np.asarray, res)
+        center = np.asarray(res.center, np.float64) + offsets
+        return jax.tree_util.tree_map(np.asarray, recentred_clm(res, center))._replace(center=center)
 
     def _set_result(self, res):
         self.result_ = res
@@ -330,21 +336,27 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         self.converged_ = bool(res.converged)
 
     # --------------------------------------------------------------- prediction
-    def _rows(self, X):
-        return self._validate_predict(X).astype(float_dtype())
+    def _device_inputs(self, X):
+        """Validated rows ``X`` and the result, in the working float type (the result's
+        column indices stay integers), for a program; columns far from zero are centred here,
+        in float64 (:func:`~bayesord._columns.host_offsets`)."""
+        A = self._validate_predict(X)
+        res = self.result_
+        offsets = host_offsets(A, float_dtype(), res.center, res.scale)
+        if offsets is not None:
+            A = A - offsets
+            res = res._replace(center=np.asarray(res.center, np.float64) - offsets)
 
-    def _result(self):
-        """The result in the working float type (its column indices stay integers)."""
         def cast(a):
             a = np.asarray(a)
             return a.astype(float_dtype()) if a.dtype.kind == "f" else a
 
-        return jax.tree_util.tree_map(cast, self.result_)
+        return A.astype(float_dtype()), jax.tree_util.tree_map(cast, res)
 
     def _predict_all(self, X):
-        A = self._rows(X)
+        A, res = self._device_inputs(X)
         n = A.shape[0]
-        pred = predict_clm(self._result(), pad_rows(bucket_rows(n), A)[0])
+        pred = predict_clm(res, pad_rows(bucket_rows(n), A)[0])
         return jax.tree_util.tree_map(lambda a: np.asarray(a[:n], dtype=np.float64), pred)
 
     def predict_proba(self, X):
@@ -366,9 +378,9 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         """Central credible band and posterior sd of each class probability, each (n, K),
         from ``n_draws`` draws of the parameters from their Laplace posterior."""
         check_level(level)
-        A = self._rows(X)
+        A, res = self._device_inputs(X)
         n = A.shape[0]
-        draws = sample_class_probs_clm(self._result(), pad_rows(bucket_rows(n), A)[0], draws_key(self.random_state),
+        draws = sample_class_probs_clm(res, pad_rows(bucket_rows(n), A)[0], draws_key(self.random_state),
                                        n_draws=int(self.n_draws))
         return bands_from_draws(draws[:, :n], level)
 
@@ -433,10 +445,10 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         Returns:
             pandas DataFrame indexed by (term, outcome), as ``OrdinalProbit.marginal_effects``.
         """
-        A = self._rows(X)
+        A, res = self._device_inputs(X)
         if A.shape[1] == 0:
             raise ValueError("the model has no columns, so no marginal effects")
-        effect, sd = program_for_rows(marginal_effects_clm, A.shape[0])(self._result(), A, self.binary_columns_)
+        effect, sd = program_for_rows(marginal_effects_clm, A.shape[0])(res, A, self.binary_columns_)
         return marginal_effects_table(effect, sd, self._column_names(), self.classes_, self.binary_columns_, level)
 
     def _column_names(self):

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from sklearn.base import clone
 
+from .._columns import host_offsets
 from .._compile_cache import program_for_rows, stored_fit_program
 from .._likelihood import log_class_probs
 from .._mixed import (
@@ -19,6 +20,7 @@ from .._mixed import (
     fit_mixed,
     marginal_effects_mixed,
     predict_mixed,
+    recentred_mixed,
     sample_class_probs_mixed,
     sample_posterior_mixed,
 )
@@ -339,8 +341,12 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
                               factors)
         n = X.shape[0]
         g = np.column_stack(g) if several else g[0]
-        rows = pad_rows(bucket_rows(n), X, codes, g, sw, dtype=dtype)
+        offsets = host_offsets(X, dtype)
+        rows = pad_rows(bucket_rows(n), X if offsets is None else X - offsets, codes, g, sw, dtype=dtype)
         res = _fit_program(rows[0].shape[0])(*rows, solver_tol(self.tol, dtype), config=config)
+        if offsets is not None:
+            center = np.asarray(res.center, np.float64) + offsets
+            res = jax.tree_util.tree_map(np.asarray, recentred_mixed(res, center))._replace(center=center)
         # Fixed-effect columns that separate the classes do so with every group effect at 0.
         if not (int(res.status) in (Status.SUCCESS, Status.MAX_ITER) and warn_if_separated(
                 self, X, codes, sw, float(res.loglik), int(res.status) == Status.MAX_ITER,
@@ -437,16 +443,25 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         for lv, column in zip(levels, columns):
             index = {level: j for j, level in enumerate(lv.tolist())}
             codes.append(np.fromiter((index.get(label, -1) for label in column.tolist()), np.int32, len(column)))
-        return X.astype(float_dtype()), np.column_stack(codes) if len(levels) > 1 else codes[0]
+        return X, np.column_stack(codes) if len(levels) > 1 else codes[0]
 
-    def _result(self):
-        return jax.tree_util.tree_map(lambda a: np.asarray(a, float_dtype()), self.result_)
+    def _device_inputs(self, X, groups):
+        """As :meth:`_inputs`, with the rows and the result in the working float type for a
+        program; columns far from zero are centred here, in float64
+        (:func:`~bayesord._columns.host_offsets`)."""
+        X, codes = self._inputs(X, groups)
+        res = self.result_
+        offsets = host_offsets(X, float_dtype(), res.center, res.scale)
+        if offsets is not None:
+            X = X - offsets
+            res = res._replace(center=np.asarray(res.center, np.float64) - offsets)
+        return X.astype(float_dtype()), codes, jax.tree_util.tree_map(lambda a: np.asarray(a, float_dtype()), res)
 
     def _predict_all(self, X, groups):
-        X, codes = self._inputs(X, groups)
+        X, codes, res = self._device_inputs(X, groups)
         n = X.shape[0]
         X, codes = pad_rows(bucket_rows(n), X, codes)
-        pred = predict_mixed(self._result(), X, codes)
+        pred = predict_mixed(res, X, codes)
         return jax.tree_util.tree_map(lambda a: np.asarray(a[:n], dtype=np.float64), pred)
 
     def predict_proba(self, X, groups=None):
@@ -472,10 +487,10 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         them (:func:`bayesord._mixed.sample_class_probs_mixed`).
         """
         check_level(level)
-        X, codes = self._inputs(X, groups)
+        X, codes, res = self._device_inputs(X, groups)
         n = X.shape[0]
         X, codes = pad_rows(bucket_rows(n), X, codes)
-        draws = sample_class_probs_mixed(self._result(), X, codes, draws_key(self.random_state),
+        draws = sample_class_probs_mixed(res, X, codes, draws_key(self.random_state),
                                          n_draws=int(self.n_draws))
         return bands_from_draws(draws[:, :n], level)
 
@@ -742,10 +757,10 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
             pandas DataFrame indexed by (term, outcome): outcome is ``P(y=<class>)`` or
             ``E[class]``.
         """
-        X, codes = self._inputs(X, groups)
+        X, codes, res = self._device_inputs(X, groups)
         if X.shape[1] == 0:
             raise ValueError("the model has no columns, so no marginal effects")
-        effect, sd = program_for_rows(marginal_effects_mixed, X.shape[0])(self._result(), X, codes,
+        effect, sd = program_for_rows(marginal_effects_mixed, X.shape[0])(res, X, codes,
                                                                         self.binary_columns_)
         return marginal_effects_table(effect, sd, self._coef_names(), self.classes_, self.binary_columns_, level)
 

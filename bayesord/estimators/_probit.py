@@ -9,6 +9,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_is_fitted
 
 from .. import diagnostics
+from .._columns import host_offsets
 from .._compile_cache import program_for_rows, stored_fit_program
 from .._probit import (
     ProbitConfig,
@@ -62,6 +63,12 @@ def _fit_program(n_rows):
     """``fit_probit`` as compiled for ``n_rows`` (padded) rows, through a stored program where
     it can (see ``stored_fit_program``)."""
     return stored_fit_program(fit_probit, n_rows, ("config", "n_classes"), ProbitResult)
+
+
+def _with_offsets(res, offsets):
+    """A result fitted on ``X - offsets`` (NumPy arrays) as the fit of ``X``: the offsets
+    back in its ``center`` (float64)."""
+    return res if offsets is None else res._replace(center=res.center + offsets)
 
 
 def _predict_program(n_rows):
@@ -197,11 +204,12 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         self.binary_columns_ = binary_columns(X)
         alpha = self._alpha(X.shape[1])
         dtype = float_dtype()
+        offsets = host_offsets(X, dtype)
         # Rows of weight zero up to a bucket size: fits of nearby sizes share one program.
-        rows = pad_rows(bucket_rows(X.shape[0]), X, codes, sw, dtype=dtype)
+        rows = pad_rows(bucket_rows(X.shape[0]), X if offsets is None else X - offsets, codes, sw, dtype=dtype)
         res = _fit_program(rows[0].shape[0])(*rows, alpha.astype(dtype), solver_tol(self.tol, dtype),
                                              config=self._config(), n_classes=len(self.classes_))
-        self._adopt(jax.tree_util.tree_map(np.asarray, res), X, codes, sw, alpha)
+        self._adopt(_with_offsets(jax.tree_util.tree_map(np.asarray, res), offsets), X, codes, sw, alpha)
         return self
 
     def _warn_if_no_evidence_optimum(self, res, X, codes, sw):
@@ -267,7 +275,8 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         alpha = template._alpha(X.shape[1])
         dtype = float_dtype()
         n = X.shape[0]
-        X_pad, codes_pad = pad_rows(bucket_rows(n), X, codes, dtype=dtype)
+        offsets = host_offsets(X, dtype)
+        X_pad, codes_pad = pad_rows(bucket_rows(n), X if offsets is None else X - offsets, codes, dtype=dtype)
         w_pad = np.zeros((weights.shape[0], X_pad.shape[0]), dtype)
         w_pad[:, :n] = weights
         program = stored_fit_program(fit_probit_weights, X_pad.shape[0], ("config", "n_classes"), ProbitResult,
@@ -275,7 +284,7 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         res = program(X_pad, codes_pad, w_pad, alpha.astype(dtype), solver_tol(template.tol, dtype),
                       config=template._config(), n_classes=len(classes))
         return copies_of_batch(template, res, weights.shape[0],
-                               lambda fitted, r, j: fitted._adopt(r, X, codes, weights[j], alpha))
+                               lambda fitted, r, j: fitted._adopt(_with_offsets(r, offsets), X, codes, weights[j], alpha))
 
     def _standardised_cov(self):
         """The joint posterior covariance of the standardised coefficients and the centred
@@ -304,9 +313,19 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         self.alpha_ = res.alpha
 
     # --------------------------------------------------------------- prediction
-    def _predict_all(self, X):
+    def _device_inputs(self, X):
+        """Validated rows ``X`` and the result, in the working float type, for a program;
+        columns far from zero are centred here, in float64 (:func:`~bayesord._columns.host_offsets`)."""
         X = self._validate_predict(X)
-        res = jax.tree_util.tree_map(lambda a: np.asarray(a, float_dtype()), self.result_)
+        res = self.result_
+        offsets = host_offsets(X, float_dtype(), res.center, res.scale)
+        if offsets is not None:
+            X = X - offsets
+            res = res._replace(center=np.asarray(res.center, np.float64) - offsets)
+        return X, jax.tree_util.tree_map(lambda a: np.asarray(a, float_dtype()), res)
+
+    def _predict_all(self, X):
+        X, res = self._device_inputs(X)
         n = X.shape[0]
         (X,) = pad_rows(bucket_rows(n), X, dtype=float_dtype())
         return jax.tree_util.tree_map(lambda a: np.asarray(a)[:n], _predict_program(X.shape[0])(res, X))
@@ -351,8 +370,7 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         Returns:
             (lower, upper, sd), each (n, K), with 0 <= lower <= upper <= 1.
         """
-        X = self._validate_predict(X)
-        res = jax.tree_util.tree_map(lambda a: np.asarray(a, float_dtype()), self.result_)
+        X, res = self._device_inputs(X)
         lo, hi, sd = class_prob_bands(res, X.astype(float_dtype()), draws_key(self.random_state),
                                       level=level, n_draws=int(self.n_draws))
         return tuple(np.clip(np.asarray(a, dtype=np.float64), 0.0, 1.0) for a in (lo, hi, sd))
@@ -405,8 +423,7 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
             ``E[class]``; columns ``kind`` ("change 0->1" or "slope"), mean, sd and the
             interval.
         """
-        X = self._validate_predict(X)
-        res = jax.tree_util.tree_map(lambda a: np.asarray(a, float_dtype()), self.result_)
+        X, res = self._device_inputs(X)
         effects = program_for_rows(marginal_effects_probit, X.shape[0])
         effect, sd = effects(res, X.astype(float_dtype()), self.binary_columns_)
         names = self.posterior_result()[1]["feature_names"]
