@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple, Sequence
 
 import numpy as np
-from scipy.stats import norm
+from scipy.special import ndtri
 
 from .metrics import _proba_inputs
 
@@ -215,7 +215,7 @@ def interval_coverage(latent, mean, sd, level: float = 0.9) -> float:
                          f"{latent.shape}, {mean.shape}, {sd.shape}")
     if not (np.all(np.isfinite(latent)) and np.all(np.isfinite(mean)) and np.all(sd >= 0)):
         raise ValueError("latent and mean must be finite and sd non-negative")
-    z = norm.ppf(0.5 + level / 2)
+    z = ndtri(0.5 + level / 2)
     return float(np.mean(np.abs(latent - mean) <= z * sd))
 
 

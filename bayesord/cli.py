@@ -605,9 +605,7 @@ def _solver_lines(model):
 def _fit_reporting(model, frame, y, classes, unlabeled, args):
     """``model.fit`` with a progress line, and its warnings as one line each on stderr (a
     convergence failure with the sub-problems that failed and what to try)."""
-    from sklearn.exceptions import ConvergenceWarning
-
-    from . import _progress
+    from . import _progress, _status
 
     name = type(model).__name__
     if args.progress:
@@ -619,9 +617,10 @@ def _fit_reporting(model, frame, y, classes, unlabeled, args):
         model.fit(frame, y, classes=classes, **extra)
     if args.progress:
         _progress.show(_fitted_line(name, time.perf_counter() - t0, compiling, _solver_lines(model)), final=True)
-    unconverged = [str(w.message) for w in caught if issubclass(w.category, ConvergenceWarning)]
+    converging = _status.convergence_warning() if caught else None  # scikit-learn only when there is a warning
+    unconverged = [str(w.message) for w in caught if issubclass(w.category, converging)]
     for w in caught:
-        if not issubclass(w.category, ConvergenceWarning):
+        if not issubclass(w.category, converging):
             _warning_line("fit", w.message)
     if unconverged:
         _warning_line("fit", _convergence_advice(model, unconverged, args.standardize))

@@ -345,6 +345,21 @@ def test_help_and_argument_errors_do_not_import_jax(argv, tmp_path):
     assert done.stdout.split()[-1] == ("0" if "--help" in argv else "2")
 
 
+def test_a_fit_without_warnings_does_not_import_scikit_learn(tmp_path):
+    """Importing scikit-learn costs 0.6-0.7 s (its ``sklearn.base`` loads ``scipy.stats``);
+    the estimators keep its protocol without it and import it only for its own types (a
+    warning's category, ``NotFittedError``, the tags it asks for)."""
+    (tmp_path / "d.csv").write_text("a,b,y\n" + "".join(f"{i % 7},{(i * 3) % 5},{1 + i % 3}\n" for i in range(40)))
+    probe = ("import sys\nfrom bayesord.cli import main\n"
+             "code = main(['fit', 'd.csv', '--model', 'probit', '--thresholds', 'joint', '--alpha', '1', "
+             "'--out', 'm.npz', '--quiet'])\n"
+             "code += main(['predict', 'm.npz', 'd.csv', '--proba'])\n"
+             "print('sklearn imported' if 'sklearn' in sys.modules else 'no sklearn', code)")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-3:] == ["no", "sklearn", "0"]
+
+
 def test_the_command_process_exits_with_mains_code_and_output(tmp_path):
     """``python -m bayesord.cli`` (as the installed command) ends with os._exit after main:
     the exit code and the error line still come through."""

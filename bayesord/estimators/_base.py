@@ -17,6 +17,7 @@ import json
 import numbers
 import os
 import sys
+from statistics import NormalDist
 import types
 import zipfile
 import zlib
@@ -24,14 +25,10 @@ import zlib
 import jax
 import numpy as np
 import scipy.sparse as sp
-from sklearn.base import BaseEstimator
-from sklearn.exceptions import ConvergenceWarning
-from sklearn.utils import ClassifierTags
-from sklearn.utils.validation import check_is_fitted
 
 from .._compile_cache import release_programs_if_crowded
 from .._results import decode_state, encode_state, state_types
-from .._status import OneClassWarning, Status, warn_user, warnings_at_caller
+from .._status import OneClassWarning, Status, convergence_warning, warn_user, warnings_at_caller
 from .._validation import (
     ColumnScaleWarning,
     check_sample_weight,
@@ -55,9 +52,94 @@ from ._formula import (
 )
 
 __all__ = ["BAYES_ONE_CLASS_HINT", "OrdinalEstimator", "SavableMixin", "SnapshotSavableMixin", "binary_columns",
-           "class_from_proba", "fit_key", "fit_rng", "fresh_fit", "internal_fits", "marginal_effects_table",
+           "check_is_fitted", "class_from_proba", "clone", "fit_key", "fit_rng", "fresh_fit", "internal_fits", "marginal_effects_table",
            "posterior_table", "proba_from_log", "read_model_file", "reset_fitted", "run_folds",
            "set_input_transform", "solver_tol", "threshold_names", "warn_if_one_class"]
+
+
+class ParamsMixin:
+    """scikit-learn's estimator protocol without importing scikit-learn.
+
+    Importing any part of scikit-learn loads ``sklearn.base`` and, through it, ``scipy.stats``
+    and more: 0.6-0.7 s, a third of a warm ``bayesord fit`` and most of a script's first
+    import (measured in ``docs/benchmarks.md``, "latency").  What pipelines, ``clone``,
+    ``GridSearchCV`` and ``cross_val_score`` need of an estimator is this: the constructor's
+    arguments as parameters (``get_params``/``set_params``, ``a__b`` for a nested estimator),
+    and a ``repr`` of the parameters that differ from their defaults; the tags
+    (``OrdinalEstimator.__sklearn_tags__``) import scikit-learn when it asks for them.  Its
+    own estimator checks run on every estimator (``tests/test_sklearn_checks.py``).
+    """
+
+    @classmethod
+    def _get_param_names(cls):
+        """The constructor's parameter names, sorted (no ``*args``: every parameter is named)."""
+        init = cls.__init__
+        if init is object.__init__:
+            return []
+        params = [p for p in inspect.signature(init).parameters.values() if p.name != "self"]
+        for p in params:
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                raise TypeError(f"{cls.__name__}.__init__ takes *{p.name}: estimators name every parameter")
+        return sorted(p.name for p in params)
+
+    def get_params(self, deep=True):
+        """The constructor's parameters and their values (and, with ``deep``, those of any
+        estimator among them as ``name__param``)."""
+        out = {}
+        for name in self._get_param_names():
+            value = getattr(self, name)
+            if deep and hasattr(value, "get_params") and not isinstance(value, type):
+                out.update((f"{name}__{k}", v) for k, v in value.get_params().items())
+            out[name] = value
+        return out
+
+    def set_params(self, **params):
+        """Set parameters (``name__param`` for a parameter of a nested estimator); returns self."""
+        valid = self.get_params(deep=True)
+        nested = {}
+        for key, value in params.items():
+            name, sep, sub = key.partition("__")
+            if name not in valid:
+                raise ValueError(f"Invalid parameter {name!r} for estimator {self}. Valid parameters are: "
+                                 f"{self._get_param_names()!r}.")
+            if sep:
+                nested.setdefault(name, {})[sub] = value
+            else:
+                setattr(self, name, value)
+                valid[name] = value
+        for name, sub_params in nested.items():
+            valid[name].set_params(**sub_params)
+        return self
+
+    def __repr__(self):
+        defaults = {name: p.default for name, p in inspect.signature(type(self).__init__).parameters.items()}
+        changed = [f"{name}={value!r}" for name, value in self.get_params(deep=False).items()
+                   if repr(value) != repr(defaults.get(name))]
+        return f"{type(self).__name__}({', '.join(changed)})"
+
+
+def clone(est):
+    """A new, unfitted estimator with ``est``'s parameters (copies of them; a nested estimator
+    cloned in turn), as scikit-learn's ``clone`` makes it."""
+    params = {name: clone(value) if isinstance(value, ParamsMixin) else copy.deepcopy(value)
+              for name, value in est.get_params(deep=False).items()}
+    return type(est)(**params)
+
+
+def check_is_fitted(est, attributes=None):
+    """Raise scikit-learn's ``NotFittedError`` (a ValueError and an AttributeError) unless
+    ``est`` has every attribute named in ``attributes`` (a name or a list) or, without
+    ``attributes``, any fitted attribute (a name ending in ``_``)."""
+    names = [attributes] if isinstance(attributes, str) else attributes
+    if names is not None:
+        fitted = all(hasattr(est, name) for name in names)
+    else:
+        fitted = any(name.endswith("_") and not name.startswith("__") for name in vars(est))
+    if not fitted:
+        from sklearn.exceptions import NotFittedError  # the type callers catch; imported on this path only
+
+        raise NotFittedError(f"This {type(est).__name__} instance is not fitted yet. Call 'fit' with appropriate "
+                             "arguments before using this estimator.")
 
 
 class _OnlyWhen:
@@ -83,7 +165,7 @@ def only_when(check):
     return lambda fn: _OnlyWhen(fn, check)
 
 
-class OrdinalEstimator(BaseEstimator):
+class OrdinalEstimator(ParamsMixin):
     """Base class: label encoding, feature checks and decoding shared by all estimators.
 
     Subclasses set ``_accept_sparse`` and implement ``fit``/``predict`` using
@@ -232,12 +314,12 @@ class OrdinalEstimator(BaseEstimator):
         return self
 
     def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.estimator_type = "classifier"
-        tags.classifier_tags = ClassifierTags()
+        from sklearn.utils import ClassifierTags, InputTags, Tags, TargetTags  # only scikit-learn calls this
+
         # Models with a kernel take sparse input with their linear kernel only.
-        tags.input_tags.sparse = self._accept_sparse and getattr(self, "kernel", "linear") == "linear"
-        return tags
+        sparse = self._accept_sparse and getattr(self, "kernel", "linear") == "linear"
+        return Tags(estimator_type="classifier", target_tags=TargetTags(required=False),
+                    classifier_tags=ClassifierTags(), input_tags=InputTags(sparse=sparse))
 
     def _validate_fit(self, X, y, sample_weight=None, classes=None, min_classes=2,
                       require_all_classes=True):
@@ -593,7 +675,7 @@ def warn_if_undetermined(est, cov, X, sw, remedy) -> None:
                    f"{np.shape(cov)[0]} parameters are too many for the {int(np.count_nonzero(sw))} rows). "
                    "The estimates along it, their sds and p-values mean nothing, and probabilities near 0 or "
                    "1 are overconfident. Give alpha > 0")
-    warn_user(f"{type(est).__name__}.fit: {problem}, or {remedy}", ConvergenceWarning)
+    warn_user(f"{type(est).__name__}.fit: {problem}, or {remedy}", convergence_warning())
 
 
 def classes_separated(X, codes, sw, n_classes) -> bool:
@@ -658,7 +740,7 @@ def warn_if_separated(est, X, codes, sw, loglik, capped, remedy) -> bool:
     why = f"stopped at the iteration cap (status MAX_ITER) because {SEPARATED}" if capped else SEPARATED
     warn_user(f"{type(est).__name__}.fit: {why}: the likelihood rises without bound along it and the "
               "maximum-likelihood estimate does not exist, so the estimates, their sds and p-values mean "
-              f"nothing and probabilities near 0 or 1 are overconfident. {remedy}", ConvergenceWarning)
+              f"nothing and probabilities near 0 or 1 are overconfident. {remedy}", convergence_warning())
     return True
 
 
@@ -687,9 +769,8 @@ def posterior_table(index, mean, sd, level, **columns):
 
     A NaN sd (a point estimate) gives NaN interval ends."""
     import pandas as pd
-    from scipy.stats import norm
 
-    z = norm.ppf(0.5 + level / 2)
+    z = NormalDist().inv_cdf(0.5 + level / 2)  # the standard library's: scipy.stats costs 0.6 s to import
     lo, hi = f"{100 * (1 - level) / 2:g}%", f"{100 * (1 + level) / 2:g}%"
     return pd.DataFrame({"mean": mean, "sd": sd, lo: mean - z * sd, hi: mean + z * sd, **columns},
                         index=index)

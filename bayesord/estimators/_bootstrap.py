@@ -17,11 +17,9 @@ coefficients are per feature.
 from __future__ import annotations
 
 import numpy as np
-from sklearn.base import clone
-from sklearn.utils.validation import check_is_fitted
 
 from .._status import warned_once
-from ._base import internal_fits, threshold_names
+from ._base import check_is_fitted, clone, internal_fits, threshold_names
 from ._uncertainty import UncertaintyMixin
 
 __all__ = ["BootstrapMixin"]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import jax
 import numpy as np
-from sklearn.exceptions import ConvergenceWarning
 
 from .. import diagnostics
 from .._clm import (
@@ -21,7 +20,7 @@ from .._clm import (
 from .._columns import host_offsets
 from .._compile_cache import program_for_rows, stored_fit_program
 from .._shapes import bucket_rows, pad_rows
-from .._status import Status, check_status, warn_user
+from .._status import Status, check_status, convergence_warning, warn_user
 from .._validation import float_dtype
 from ._base import (
     BAYES_ONE_CLASS_HINT,
@@ -29,10 +28,11 @@ from ._base import (
     SavableMixin,
     bands_from_draws,
     binary_columns,
-    check_positive_ints,
+    check_is_fitted,
     check_level,
-    column_positions,
+    check_positive_ints,
     class_from_proba,
+    column_positions,
     draws_key,
     fresh_fit,
     marginal_effects_table,
@@ -290,7 +290,7 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
                       "drifting off (sds over 10 times their size): the maximum-likelihood estimate does not "
                       "exist, typically because a class never occurs at a level of a nominal or scale column. "
                       "Merge sparse classes or levels, or take the column out of nominal/scale",
-                      ConvergenceWarning)
+                      convergence_warning())
         elif not separated:
             check_status(res.status, f"{type(self).__name__}.fit")
             if self.alpha == 0:  # maximum likelihood: R's check of the fit's own parameters
@@ -389,8 +389,6 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         """The functional :class:`bayesord._clm.CLMResult` of the fit and the settings that
         label it (``classes``, the columns' names, ``model_name``): what
         :mod:`bayesord.diagnostics` dispatches on."""
-        from sklearn.utils.validation import check_is_fitted
-
         check_is_fitted(self, "coef_")
         return self.result_, dict(classes=self.classes_, feature_names=list(self.location_),
                                   nominal_names=list(self.nominal_), scale_names=list(self.scale_),
@@ -420,8 +418,7 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         (``threshold 1|2: contact[T.yes]``, each the shift of that threshold) and the
         log-scale effects (``log-scale: temp[T.warm]``).
         """
-        from scipy.stats import norm
-        from sklearn.utils.validation import check_is_fitted
+        from scipy.special import ndtr
 
         check_is_fitted(self, "coef_")
         thresholds = threshold_names(self.classes_)
@@ -430,7 +427,7 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         mean = _natural_vector(self.result_)
         sd = np.sqrt(np.diag(self.cov_))
         z = np.divide(mean, sd, out=np.full_like(mean, np.nan), where=sd > 0)  # an L1 zero has no z
-        return posterior_table(names, mean, sd, level, z=z, p=2 * norm.sf(np.abs(z)))
+        return posterior_table(names, mean, sd, level, z=z, p=2 * ndtr(-np.abs(z)))
 
     def marginal_effects(self, X, level=0.95):
         """Average marginal effects of each column on every class probability and on the
@@ -468,8 +465,7 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         the table of :meth:`nominal_test` and :meth:`scale_test`.  Terms of the same width
         share one compiled program (the columns are data to it)."""
         import pandas as pd
-        from scipy.stats import chi2
-        from sklearn.utils.validation import check_is_fitted
+        from scipy.special import chdtrc
 
         check_is_fitted(self, "result_")
         if self.result_.config.alpha > 0:
@@ -492,7 +488,7 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
             usable = Status(int(res.status)) in (Status.SUCCESS, Status.MAX_ITER)
             ll = float(res.loglik) if usable else np.nan
             lr = 2 * (ll - self.loglik_)
-            rows[term] = (df, ll, 2 * (res.eta.shape[0] - ll), lr, chi2.sf(max(lr, 0.0), df), bool(res.converged))
+            rows[term] = (df, ll, 2 * (res.eta.shape[0] - ll), lr, chdtrc(df, max(lr, 0.0)), bool(res.converged))
         return pd.DataFrame.from_dict(rows, orient="index",
                                       columns=["df", "loglik", "AIC", "LR", "p", "converged"])
 

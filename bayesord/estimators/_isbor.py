@@ -10,7 +10,6 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpy as np
-from sklearn.utils.validation import check_is_fitted
 
 from .. import diagnostics, metrics
 from .._basis import KERNELS, kmeanspp_indices
@@ -35,6 +34,7 @@ from ._base import (
     OrdinalEstimator,
     SavableMixin,
     bands_from_draws,
+    check_is_fitted,
     check_level,
     check_positive_ints,
     draws_key,

@@ -8,7 +8,6 @@ from functools import lru_cache
 import jax
 import jax.numpy as jnp
 import numpy as np
-from sklearn.base import clone
 
 from .._columns import host_offsets
 from .._compile_cache import program_for_rows, stored_fit_program
@@ -34,10 +33,12 @@ from ._base import (
     SavableMixin,
     bands_from_draws,
     binary_columns,
-    check_positive_ints,
+    check_is_fitted,
     check_level,
-    column_positions,
+    check_positive_ints,
     class_from_proba,
+    clone,
+    column_positions,
     draws_key,
     fresh_fit,
     marginal_effects_table,
@@ -554,8 +555,7 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         interval ``[0, z sd]``.  With several grouping factors, each factor's rows follow one
         another (``sd(judge)``, ``sd(bottle)``, ...), then each factor's correlations.
         """
-        from scipy.stats import norm
-        from sklearn.utils.validation import check_is_fitted
+        from scipy.special import ndtr, ndtri
 
         check_is_fitted(self, "coef_")
         sd_labels, corr_labels, rows, cols = self._group_cov_labels()
@@ -571,8 +571,8 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         n_fixed = len(mean) - p - len(corr)
         z = mean / sd
         z[n_fixed:] = np.nan
-        table = posterior_table(names, mean, sd, level, z=z, p=2 * norm.sf(np.abs(z)))
-        half = norm.ppf(0.5 + level / 2) * sd
+        table = posterior_table(names, mean, sd, level, z=z, p=2 * ndtr(-np.abs(z)))
+        half = ndtri(0.5 + level / 2) * sd
         # Each sd's interval by the delta method on the log scale, each correlation's on atanh.
         # An sd fitted at 0 (the edge of its range; within 1e-8 of it relative to its sd) has
         # no log scale: its interval is [0, z * sd].
@@ -638,7 +638,6 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
                 integer.
         """
         import arviz as az
-        from sklearn.utils.validation import check_is_fitted
 
         check_is_fitted(self, "coef_")
         draws, chains = _check_draws("draws", draws), _check_draws("chains", chains)
@@ -717,7 +716,6 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         with random slopes.
         """
         import pandas as pd
-        from sklearn.utils.validation import check_is_fitted
 
         check_is_fitted(self, "group_effects_")
         mode, cov, cond_cov = (np.asarray(a) for a in effects_on_user_scale(self.result_))

@@ -7,8 +7,6 @@ import numbers
 
 import jax
 import numpy as np
-from sklearn.base import clone
-from sklearn.utils.validation import check_is_fitted
 
 from .._npsvor import SOLVERS, NPSVORConfig, NPSVORResult, cv_npsvor, done_line, fit_npsvor, predict_npsvor
 from .._progress import host_progress, prefix, show, solver_progress
@@ -18,7 +16,9 @@ from .._validation import float_dtype
 from ._base import (
     OrdinalEstimator,
     SnapshotSavableMixin,
+    check_is_fitted,
     check_positive_ints,
+    clone,
     copies_of_batch,
     fit_key,
     fit_rng,

@@ -13,8 +13,6 @@ import numbers
 import jax
 import numpy as np
 import scipy.sparse as sp
-from sklearn.base import clone
-from sklearn.utils.validation import check_is_fitted
 
 from .. import _perceptron as core
 from .._basis import check_gamma, resolve_gamma
@@ -24,6 +22,8 @@ from .._validation import check_sample_weight, float_dtype
 from ._base import (
     OrdinalEstimator,
     SnapshotSavableMixin,
+    check_is_fitted,
+    clone,
     copies_of_batch,
     fit_key,
     fit_rng,

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import jax
 import numpy as np
-from sklearn.base import clone
-from sklearn.exceptions import ConvergenceWarning
-from sklearn.utils.validation import check_is_fitted
 
 from .. import diagnostics
 from .._columns import host_offsets
@@ -23,7 +20,7 @@ from .._probit import (
     thresholds_at_zero,
 )
 from .._shapes import bucket_rows, pad_rows
-from .._status import Status, check_status, warn_user
+from .._status import Status, check_status, convergence_warning, warn_user
 from .._validation import float_dtype
 from ._base import (
     BAYES_ONE_CLASS_HINT,
@@ -31,9 +28,11 @@ from ._base import (
     OrdinalEstimator,
     SavableMixin,
     binary_columns,
+    check_is_fitted,
     check_positive_ints,
     class_from_proba,
     classes_separated,
+    clone,
     copies_of_batch,
     draws_key,
     fresh_fit,
@@ -234,7 +233,7 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
                   f"{res.alpha[j] ** -0.5:.0f} per column sd) after {int(res.n_iter)} steps, and the "
                   "coefficients, their sds and the probabilities near 0 or 1 depend on where it stopped, "
                   "not on the data. Fix the prior instead, e.g. OrdinalProbit(thresholds='joint', "
-                  "alpha=1.0), or drop the columns that separate the classes", ConvergenceWarning)
+                  "alpha=1.0), or drop the columns that separate the classes", convergence_warning())
         return True
 
     def _adopt(self, res, X, codes, sw, alpha):

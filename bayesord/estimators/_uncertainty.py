@@ -15,8 +15,6 @@ from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.base import clone
-from sklearn.utils.validation import check_is_fitted
 
 from ..uncertainty import (
     SCORES,
@@ -31,7 +29,7 @@ from ..uncertainty import (
 from .._progress import prefix
 from .._splits import kfold_indices
 from .._status import warn_user, warned_once
-from ._base import fit_rng, internal_fits, run_folds
+from ._base import check_is_fitted, clone, fit_rng, internal_fits, run_folds
 from ._formula import formula_rows
 
 __all__ = ["ConformalCalibration", "UncertaintyMixin", "check_cv", "fold_indices", "never_held_out",
