@@ -451,8 +451,9 @@ def _with_natural(result: CLMResult) -> CLMResult:
     d, p = cols.location.shape[0], cols.nominal.shape[0]
     J = jax.jacfwd(_natural)(result.eta, result.center, result.scale, cols, k1)
     nat = _natural(result.eta, result.center, result.scale, cols, k1)
-    return result._replace(coef=nat[:d], thresholds=nat[d:d + k1], nominal_coef=nat[d + k1:d + k1 + p * k1].reshape(p, k1),
-                           scale_coef=nat[d + k1 + p * k1:], cov=J @ result.eta_cov @ J.T)
+    return result._replace(coef=nat[:d], thresholds=nat[d:d + k1],
+                           nominal_coef=nat[d + k1:d + k1 + p * k1].reshape(p, k1), scale_coef=nat[d + k1 + p * k1:],
+                           cov=J @ result.eta_cov @ J.T)
 
 
 @jax.jit

@@ -17,10 +17,10 @@ import json
 import numbers
 import os
 import sys
-from statistics import NormalDist
 import types
 import zipfile
 import zlib
+from statistics import NormalDist
 
 import jax
 import numpy as np
@@ -51,10 +51,10 @@ from ._formula import (
     split_formula,
 )
 
-__all__ = ["BAYES_ONE_CLASS_HINT", "OrdinalEstimator", "SavableMixin", "SnapshotSavableMixin", "binary_columns",
-           "check_is_fitted", "class_from_proba", "clone", "fit_key", "fit_rng", "fresh_fit", "internal_fits", "marginal_effects_table",
-           "posterior_table", "proba_from_log", "read_model_file", "reset_fitted", "run_folds",
-           "set_input_transform", "solver_tol", "threshold_names", "warn_if_one_class"]
+__all__ = ["BAYES_ONE_CLASS_HINT", "OrdinalEstimator", "ParamsMixin", "SavableMixin", "SnapshotSavableMixin",
+           "binary_columns", "check_is_fitted", "class_from_proba", "clone", "fit_key", "fit_rng", "fresh_fit",
+           "internal_fits", "marginal_effects_table", "posterior_table", "proba_from_log", "read_model_file",
+           "reset_fitted", "run_folds", "set_input_transform", "solver_tol", "threshold_names", "warn_if_one_class"]
 
 
 class ParamsMixin:

@@ -282,8 +282,8 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
                                      compile="light")
         res = program(X_pad, codes_pad, w_pad, alpha.astype(dtype), solver_tol(template.tol, dtype),
                       config=template._config(), n_classes=len(classes))
-        return copies_of_batch(template, res, weights.shape[0],
-                               lambda fitted, r, j: fitted._adopt(_with_offsets(r, offsets), X, codes, weights[j], alpha))
+        return copies_of_batch(template, res, weights.shape[0], lambda fitted, r, j: fitted._adopt(
+            _with_offsets(r, offsets), X, codes, weights[j], alpha))
 
     def _standardised_cov(self):
         """The joint posterior covariance of the standardised coefficients and the centred
