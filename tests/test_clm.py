@@ -335,8 +335,8 @@ def test_crossing_thresholds_warn_and_keep_probabilities_valid():
     proba = model.predict_proba(np.array([[-3.0], [0.0], [3.0]]))
     assert np.all(proba >= 0) and np.allclose(proba.sum(axis=1), 1.0)
     assert 0.0 < proba[2, 1] < 1e-4 and proba[0, 1] > 0.99
-    res = model._result()
-    plugin = np.asarray(_plugin_proba(res.eta, _standardised(res, model._rows(np.array([[3.0]]))), res))
+    rows, res = model._device_inputs(np.array([[3.0]]))
+    plugin = np.asarray(_plugin_proba(res.eta, _standardised(res, rows), res))
     assert plugin[0, 1] == 0.0 and np.isclose(plugin.sum(), 1.0)
 
 
