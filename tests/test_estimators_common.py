@@ -391,6 +391,32 @@ def test_scikit_learn_sees_every_estimator_as_a_classifier(est):
     assert is_classifier(est)
 
 
+def test_the_estimator_protocol_without_scikit_learns_base_class():
+    """The estimators keep scikit-learn's protocol themselves (ParamsMixin); what its
+    pipelines and searches use of it, checked against scikit-learn's own functions here
+    (its full estimator checks are in test_sklearn_checks.py, slow)."""
+    from sklearn.model_selection import GridSearchCV
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    model = OrdinalProbit(alpha=2.0, thresholds="joint")
+    assert repr(model) == "OrdinalProbit(alpha=2.0, thresholds='joint')" and repr(OrdinalProbit()) == "OrdinalProbit()"
+    copy = clone(model)
+    assert copy is not model and copy.get_params() == model.get_params()
+    pipe = make_pipeline(StandardScaler(), model)
+    assert pipe.get_params()["ordinalprobit__alpha"] == 2.0
+    pipe.set_params(ordinalprobit__alpha=0.5)
+    assert model.alpha == 0.5
+    with pytest.raises(ValueError, match="Invalid parameter 'bogus' for estimator OrdinalProbit"):
+        model.set_params(bogus=1)
+    search = GridSearchCV(pipe, {"ordinalprobit__alpha": [0.5, 4.0]}, cv=3).fit(X0, Y0)
+    assert search.best_estimator_[-1].alpha in (0.5, 4.0) and search.predict(X0).shape == Y0.shape
+    with pytest.raises(NotFittedError, match="not fitted yet"):
+        OrdinalProbit().predict(X0)
+    with pytest.warns(ConvergenceWarning):
+        NPSVOR(max_iter=1).fit(X0, Y0)
+
+
 def test_cross_validation_of_rows_sorted_by_label_splits_by_class():
     """A file sorted by its label, as many are: scikit-learn's plain KFold, used for an
     estimator it did not see as a classifier, tested each fold on classes its training part
