@@ -17,7 +17,7 @@ from .._clm import (
     recentred_clm,
     sample_class_probs_clm,
 )
-from .._columns import host_offsets
+from .._columns import host_offsets, offset_rows
 from .._compile_cache import program_for_rows, stored_fit_program
 from .._shapes import bucket_rows, pad_rows
 from .._status import Status, check_status, convergence_warning, warn_user
@@ -340,12 +340,7 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         """Validated rows ``X`` and the result, in the working float type (the result's
         column indices stay integers), for a program; columns far from zero are centred here,
         in float64 (:func:`~bayesord._columns.host_offsets`)."""
-        A = self._validate_predict(X)
-        res = self.result_
-        offsets = host_offsets(A, float_dtype(), res.center, res.scale)
-        if offsets is not None:
-            A = A - offsets
-            res = res._replace(center=np.asarray(res.center, np.float64) - offsets)
+        A, res = offset_rows(self._validate_predict(X), self.result_, float_dtype())
 
         def cast(a):
             a = np.asarray(a)

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._columns import host_offsets
+from .._columns import host_offsets, offset_rows
 from .._compile_cache import program_for_rows, stored_fit_program
 from .._likelihood import log_class_probs
 from .._mixed import (
@@ -451,11 +451,7 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         program; columns far from zero are centred here, in float64
         (:func:`~bayesord._columns.host_offsets`)."""
         X, codes = self._inputs(X, groups)
-        res = self.result_
-        offsets = host_offsets(X, float_dtype(), res.center, res.scale)
-        if offsets is not None:
-            X = X - offsets
-            res = res._replace(center=np.asarray(res.center, np.float64) - offsets)
+        X, res = offset_rows(X, self.result_, float_dtype())
         return X.astype(float_dtype()), codes, jax.tree_util.tree_map(lambda a: np.asarray(a, float_dtype()), res)
 
     def _predict_all(self, X, groups):

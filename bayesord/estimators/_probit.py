@@ -6,7 +6,7 @@ import jax
 import numpy as np
 
 from .. import diagnostics
-from .._columns import host_offsets
+from .._columns import host_offsets, offset_rows
 from .._compile_cache import program_for_rows, stored_fit_program
 from .._probit import (
     ProbitConfig,
@@ -315,12 +315,7 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
     def _device_inputs(self, X):
         """Validated rows ``X`` and the result, in the working float type, for a program;
         columns far from zero are centred here, in float64 (:func:`~bayesord._columns.host_offsets`)."""
-        X = self._validate_predict(X)
-        res = self.result_
-        offsets = host_offsets(X, float_dtype(), res.center, res.scale)
-        if offsets is not None:
-            X = X - offsets
-            res = res._replace(center=np.asarray(res.center, np.float64) - offsets)
+        X, res = offset_rows(self._validate_predict(X), self.result_, float_dtype())
         return X, jax.tree_util.tree_map(lambda a: np.asarray(a, float_dtype()), res)
 
     def _predict_all(self, X):
