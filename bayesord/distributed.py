@@ -32,8 +32,9 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from ._columns import host_offsets
 from ._compile_cache import program_for_rows
-from ._mixed import fit_mixed
+from ._mixed import fit_mixed, recentred_mixed
 from ._probit import fit_probit
 from ._shapes import bucket_rows
 from ._status import check_status
@@ -187,6 +188,16 @@ def _local_rows(name, X, y, classes, sample_weight, params, agree=(), min_featur
     return X, names, codes, classes_, sw
 
 
+def _agreed_offsets(X, dtype):
+    """:func:`~bayesord._columns.host_offsets` that every process applies alike: process
+    0's (an offset need only lie near the data, and rows shifted differently on different
+    processes would make another model); None when it has none.  In float64 whatever the
+    gathering rounded them to, so that the fit's centre plus the offsets keeps its digits."""
+    local = host_offsets(X, dtype)
+    offsets = np.asarray(_gather(np.zeros(X.shape[1]) if local is None else local)[0], np.float64)
+    return offsets if offsets.any() else None
+
+
 def _adopt(model, status, name, classes_, X, names):
     """Report a sharded fit's status (once, from process 0) and give ``model`` the labels and
     columns of the rows; returns which columns are 0/1 on every process."""
@@ -235,12 +246,16 @@ def fit_ordinal_probit(X, y, *, classes, sample_weight=None, mesh: Mesh | None =
     X, names, codes, classes_, sw = _local_rows("fit_ordinal_probit", X, y, classes, sample_weight, params)
     alpha = model._alpha(X.shape[1])
     dtype = float_dtype()
-    Xs, ys, ws = shard_rows(mesh, X.astype(dtype), codes, sw.astype(dtype), axis=axis)
+    offsets = _agreed_offsets(X, dtype)
+    Xs, ys, ws = shard_rows(mesh, (X if offsets is None else X - offsets).astype(dtype), codes, sw.astype(dtype),
+                            axis=axis)
     # Compiled for speed of compilation when each device holds few rows, as the estimator's.
     program = program_for_rows(fit_probit, Xs.shape[0] // mesh.shape[axis], ("config", "n_classes"))
     res = program(Xs, ys, ws, alpha.astype(dtype), solver_tol(model.tol, dtype), config=config,
                   n_classes=len(classes_))
     res = _replicated(res)
+    if offsets is not None:
+        res = res._replace(center=res.center + offsets)
     model.binary_columns_ = _adopt(model, res.status, "distributed.fit_ordinal_probit", classes_, X, names)
     model._spec = None
     model._set_result(res)
@@ -314,9 +329,14 @@ def fit_ordinal_mixed(X, y, groups, *, classes, group_levels, sample_weight=None
     config = model._config(len(classes_), n_groups, X.shape[1], names, factors)
     dtype = float_dtype()
     g = np.column_stack(g) if several else g[0]
-    Xs, ys, gs, ws = _place_rows(mesh, _row_axis(mesh, axis), (X.astype(dtype), codes, g), sw.astype(dtype))
+    offsets = _agreed_offsets(X, dtype)
+    Xs, ys, gs, ws = _place_rows(mesh, _row_axis(mesh, axis), ((X if offsets is None else X - offsets).astype(dtype),
+                                                               codes, g), sw.astype(dtype))
     program = program_for_rows(fit_mixed, Xs.shape[0] // mesh.shape[axis], ("config",))
     res = _replicated(program(Xs, ys, gs, ws, solver_tol(model.tol, dtype), config=config))
+    if offsets is not None:
+        center = res.center + offsets
+        res = jax.tree_util.tree_map(np.asarray, recentred_mixed(res, center))._replace(center=center)
     binary = _adopt(model, res.status, "distributed.fit_ordinal_mixed", classes_, X, names)
     return model._finish_fit(res, levels if several else levels[0], binary, factors)
 

@@ -302,6 +302,26 @@ def test_mixed_model_over_devices_equals_the_single_device_fit(kind, slopes, tmp
         distributed.fit_ordinal_mixed(frame, y, names[g], classes=[0, 1, 2, 3], group_levels=[*names, "site00"])
 
 
+def test_float32_fits_over_devices_are_the_same_on_columns_far_from_zero():
+    """Columns 10^5 sds from zero in float32: the sharded probit and mixed model centre them
+    on the host as the estimators do (before: probabilities 1e-3 apart)."""
+    from bayesord import OrdinalMixed
+
+    X, y = _raw_data(403, d=3, seed=5)
+    X = (X - X.mean(0)) / X.std(0)
+    shift = 1e5 * np.array([1.0, -1.0, 1.0])
+    g = np.arange(403) % 6
+    with jax.enable_x64(False):
+        ref = OrdinalProbit().fit(X, y)
+        far = distributed.fit_ordinal_probit(X + shift, y, classes=[0, 1, 2, 3])
+        np.testing.assert_allclose(far.predict_proba(X[:40] + shift), ref.predict_proba(X[:40]), atol=1e-4)
+        ref = OrdinalMixed(random_slopes=[0]).fit(X, y, g)
+        far = distributed.fit_ordinal_mixed(X + shift, y, g, classes=[0, 1, 2, 3], group_levels=list(range(6)),
+                                            random_slopes=[0])
+        np.testing.assert_allclose(far.predict_proba(X[:40] + shift, g[:40]), ref.predict_proba(X[:40], g[:40]),
+                                   atol=1e-4)
+
+
 @pytest.mark.parametrize("kind", ["auto", "explicit"])
 def test_crossed_mixed_model_over_devices_equals_the_single_device_fit(kind):
     """Sites crossed with raters, a random slope per site, 1,003 rows over four devices:
@@ -367,8 +387,11 @@ _WORKER = textwrap.dedent("""
         refused = ""
     except ValueError as err:
         refused = str(err)
+    with jax.enable_x64(False):  # columns far from zero: process 0's offsets for both
+        far = distributed.fit_ordinal_probit(data["X"][rows] + 1e6, data["y"][rows], classes=[0, 1, 2, 3])
+        far_proba = far.predict_proba(data["X"][:20] + 1e6).tolist()
     print("RESULT", json.dumps({"coef": model.coef_.tolist(), "n_iter": model.n_iter_,
-                                "devices": jax.device_count(), "refused": refused}))
+                                "devices": jax.device_count(), "refused": refused, "far_proba": far_proba}))
 """)
 
 
@@ -403,3 +426,6 @@ def test_two_processes_fit_what_one_process_fits(tmp_path):
     assert results[0] == results[1] and results[0]["devices"] == 4
     assert "processes disagree on classes" in results[0]["refused"]
     np.testing.assert_allclose(results[0]["coef"], ref.coef_, rtol=1e-6)
+    with jax.enable_x64(False):
+        near = OrdinalProbit().fit(X, y).predict_proba(X[:20])
+    np.testing.assert_allclose(results[0]["far_proba"], near, atol=1e-4)
