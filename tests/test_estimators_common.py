@@ -417,6 +417,31 @@ def test_the_estimator_protocol_without_scikit_learns_base_class():
         NPSVOR(max_iter=1).fit(X0, Y0)
 
 
+def test_metadata_routing_passes_the_weights_a_model_asks_for():
+    """scikit-learn's opt-in metadata routing: ``set_fit_request(sample_weight=True)`` makes
+    a grid search pass the weights to every fit (the refit equals a weighted fit, not the
+    unweighted one); without the request the search refuses them; clones keep requests."""
+    import sklearn
+    from sklearn.model_selection import GridSearchCV
+
+    weights = np.where(np.arange(len(Y0)) % 3 == 0, 0.0, 1.0)
+    with sklearn.config_context(enable_metadata_routing=True):
+        model = (OrdinalProbit(thresholds="joint").set_fit_request(sample_weight=True, classes=False)
+                 .set_score_request(sample_weight=False))
+        assert clone(model).get_metadata_routing().fit.requests == {"sample_weight": True, "classes": False}
+        search = GridSearchCV(model, {"alpha": [0.5, 2.0]}, cv=3).fit(X0, Y0, sample_weight=weights)
+        alpha = search.best_params_["alpha"]
+        weighted = OrdinalProbit(thresholds="joint", alpha=alpha).fit(X0, Y0, sample_weight=weights)
+        plain = OrdinalProbit(thresholds="joint", alpha=alpha).fit(X0, Y0)
+        np.testing.assert_allclose(search.best_estimator_.coef_, weighted.coef_, rtol=1e-8)
+        assert not np.allclose(search.best_estimator_.coef_, plain.coef_, rtol=1e-3)
+        with pytest.raises(Exception, match="sample_weight.*not explicitly set as requested"):
+            GridSearchCV(OrdinalProbit(), {"alpha": [0.5, 2.0]}, cv=3).fit(X0, Y0, sample_weight=weights)
+        with pytest.raises(TypeError, match="Unexpected args: \\['bogus'\\] in fit"):
+            OrdinalProbit().set_fit_request(bogus=True)
+    assert not hasattr(OrdinalProbit(), "set_partial_fit_request") and hasattr(CuSumRank(), "set_partial_fit_request")
+
+
 def test_cross_validation_of_rows_sorted_by_label_splits_by_class():
     """A file sorted by its label, as many are: scikit-learn's plain KFold, used for an
     estimator it did not see as a classifier, tested each fold on classes its training part

@@ -57,6 +57,10 @@ __all__ = ["BAYES_ONE_CLASS_HINT", "OrdinalEstimator", "ParamsMixin", "SavableMi
            "reset_fitted", "run_folds", "set_input_transform", "solver_tol", "threshold_names", "warn_if_one_class"]
 
 
+# The methods whose metadata scikit-learn's routing can pass (ParamsMixin).
+_ROUTED_METHODS = ("fit", "partial_fit", "predict", "predict_proba", "decision_function", "score")
+
+
 class ParamsMixin:
     """scikit-learn's estimator protocol without importing scikit-learn.
 
@@ -65,10 +69,59 @@ class ParamsMixin:
     import (measured in ``docs/benchmarks.md``, "latency").  What pipelines, ``clone``,
     ``GridSearchCV`` and ``cross_val_score`` need of an estimator is this: the constructor's
     arguments as parameters (``get_params``/``set_params``, ``a__b`` for a nested estimator),
-    and a ``repr`` of the parameters that differ from their defaults; the tags
-    (``OrdinalEstimator.__sklearn_tags__``) import scikit-learn when it asks for them.  Its
-    own estimator checks run on every estimator (``tests/test_sklearn_checks.py``).
+    a ``repr`` of the parameters that differ from their defaults, and, for its opt-in
+    metadata routing (``sklearn.set_config(enable_metadata_routing=True)``),
+    ``set_fit_request(sample_weight=True)`` and the like for every method that takes more
+    than ``X`` and ``y``, and ``get_metadata_routing``.  The tags
+    (``OrdinalEstimator.__sklearn_tags__``) and the routing request import scikit-learn when
+    it asks for them.  Its own estimator checks run on every estimator
+    (``tests/test_sklearn_checks.py``).
     """
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        for method in _ROUTED_METHODS:
+            if cls._metadata_params(method):
+                setter = functools.partialmethod(ParamsMixin._set_request, method)
+                setter.__doc__ = (f"Which metadata scikit-learn's routing passes to ``{method}``: "
+                                  "``name=True`` (pass it), ``False`` (do not), or another name to pass "
+                                  "under this one; returns self.")
+                setattr(cls, f"set_{method}_request", setter)
+
+    @classmethod
+    def _metadata_params(cls, method):
+        """The parameters of ``method`` besides ``X`` and ``y``: the metadata routing may pass."""
+        fn = inspect.getattr_static(cls, method, None)
+        fn = getattr(fn, "fn", fn)  # only_when
+        if not callable(fn):
+            return []
+        return [p.name for p in inspect.signature(fn).parameters.values()
+                if p.name not in ("self", "X", "y") and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+
+    def _set_request(self, method, **requests):
+        unknown = sorted(set(requests) - set(self._metadata_params(method)))
+        if unknown:
+            raise TypeError(f"Unexpected args: {unknown} in {method}. Accepted arguments are: "
+                            f"{self._metadata_params(method)}")
+        request = self.get_metadata_routing()
+        for param, alias in requests.items():
+            getattr(request, method).add_request(param=param, alias=alias)
+        self._metadata_request = request  # the attribute scikit-learn's clone carries over
+        return self
+
+    def get_metadata_routing(self):
+        """scikit-learn's ``MetadataRequest`` of this estimator (a copy): for each method,
+        its metadata as ``set_<method>_request`` chose (None, the default: an error if
+        passed)."""
+        if hasattr(self, "_metadata_request"):
+            return copy.deepcopy(self._metadata_request)
+        from sklearn.utils.metadata_routing import MetadataRequest  # only scikit-learn's routing calls this
+
+        request = MetadataRequest(owner=type(self).__name__)
+        for method in _ROUTED_METHODS:
+            for param in self._metadata_params(method):
+                getattr(request, method).add_request(param=param, alias=None)
+        return request
 
     @classmethod
     def _get_param_names(cls):
@@ -120,10 +173,13 @@ class ParamsMixin:
 
 def clone(est):
     """A new, unfitted estimator with ``est``'s parameters (copies of them; a nested estimator
-    cloned in turn), as scikit-learn's ``clone`` makes it."""
+    cloned in turn) and its metadata requests, as scikit-learn's ``clone`` makes it."""
     params = {name: clone(value) if isinstance(value, ParamsMixin) else copy.deepcopy(value)
               for name, value in est.get_params(deep=False).items()}
-    return type(est)(**params)
+    new = type(est)(**params)
+    if hasattr(est, "_metadata_request"):
+        new._metadata_request = copy.deepcopy(est._metadata_request)
+    return new
 
 
 def check_is_fitted(est, attributes=None):
