@@ -436,32 +436,29 @@ def fit_clm(A, y, weights, rtol, columns: CLMColumns, *, config: CLMConfig) -> C
     _, B, _ = _latent(eta, Az, cols, k1)
     crossed = jnp.any(jnp.diff(B, axis=1) <= 0, axis=1) & (weights > 0)
 
-    return _with_natural(CLMResult(
-        config=config, location=cols.location, nominal=cols.nominal, scale_columns=cols.scale, coef=None,
-        thresholds=None, nominal_coef=None, scale_coef=None, cov=None, center=center, scale=scale, eta=eta,
-        eta_cov=eta_cov, loglik=value, n_crossed=jnp.sum(crossed).astype(jnp.int32), n_iter=n_iter,
-        converged=converged & chol_ok, status=status.astype(jnp.int32)))
+    return CLMResult(
+        config=config, location=cols.location, nominal=cols.nominal, scale_columns=cols.scale, center=center,
+        scale=scale, eta=eta, eta_cov=eta_cov, loglik=value, n_crossed=jnp.sum(crossed).astype(jnp.int32),
+        n_iter=n_iter, converged=converged & chol_ok, status=status.astype(jnp.int32),
+        **_user_parameters(eta, eta_cov, center, scale, cols, k1))
 
 
-def _with_natural(result: CLMResult) -> CLMResult:
-    """``result`` with its parameters on the user's columns (``coef``, ``thresholds``,
-    ``nominal_coef``, ``scale_coef`` and their covariance ``cov``) computed from ``eta``,
-    ``eta_cov``, ``center`` and ``scale``."""
-    cols, k1 = _columns_of(result), result.config.n_classes - 1
+def _user_parameters(eta, eta_cov, center, scale, cols: CLMColumns, k1):
+    """The result's parameters on the user's columns, ``coef``, ``thresholds``,
+    ``nominal_coef``, ``scale_coef``, and their covariance ``cov`` (delta method)."""
     d, p = cols.location.shape[0], cols.nominal.shape[0]
-    J = jax.jacfwd(_natural)(result.eta, result.center, result.scale, cols, k1)
-    nat = _natural(result.eta, result.center, result.scale, cols, k1)
-    return result._replace(coef=nat[:d], thresholds=nat[d:d + k1],
-                           nominal_coef=nat[d + k1:d + k1 + p * k1].reshape(p, k1), scale_coef=nat[d + k1 + p * k1:],
-                           cov=J @ result.eta_cov @ J.T)
+    J = jax.jacfwd(_natural)(eta, center, scale, cols, k1)
+    nat = _natural(eta, center, scale, cols, k1)
+    return dict(coef=nat[:d], thresholds=nat[d:d + k1], nominal_coef=nat[d + k1:d + k1 + p * k1].reshape(p, k1),
+                scale_coef=nat[d + k1 + p * k1:], cov=J @ eta_cov @ J.T)
 
 
 @jax.jit
-def recentred_clm(result: CLMResult, center) -> CLMResult:
-    """The result of a fit on ``A - offsets`` as the fit of ``A``: ``center`` (the fit's
-    ``center + offsets``) in place of its own and the parameters on the user's columns
-    computed again (:func:`bayesord._columns.host_offsets`, which says why)."""
-    return _with_natural(result._replace(center=jnp.asarray(center, result.eta.dtype)))
+def clm_parameters_at(result: CLMResult, center) -> dict:
+    """``result``'s parameters on the user's columns had it been centred at ``center``
+    (:func:`bayesord._columns.restore_offsets`)."""
+    return _user_parameters(result.eta, result.eta_cov, jnp.asarray(center, result.eta.dtype), result.scale,
+                            _columns_of(result), result.config.n_classes - 1)
 
 
 # --------------------------------------------------------------------- predictions

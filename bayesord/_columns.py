@@ -18,10 +18,11 @@ columns an offset to subtract on the host, in float64, before the cast.
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["OFFSET_RATIO", "center_and_scale", "host_offsets", "offset_rows"]
+__all__ = ["OFFSET_RATIO", "center_and_scale", "host_offsets", "offset_rows", "restore_offsets"]
 
 # A column whose |mean| is more than this many standard deviations reaches a float32 program
 # centred on the host (host_offsets).
@@ -94,3 +95,15 @@ def offset_rows(X, result, dtype):
     if offsets is None:
         return X, result
     return X - offsets, result._replace(center=np.asarray(result.center, np.float64) - offsets)
+
+
+def restore_offsets(result, offsets, parameters_at=None):
+    """A result (NumPy arrays) fitted on ``X - offsets`` as the fit of ``X``: the offsets
+    back in its ``center`` (float64), and, where the model reports parameters that depend
+    on the centre (the clm's and the mixed model's at x = 0), those from
+    ``parameters_at(result, center)`` (a dict of them)."""
+    if offsets is None:
+        return result
+    center = np.asarray(result.center, np.float64) + offsets
+    changed = {} if parameters_at is None else jax.tree_util.tree_map(np.asarray, parameters_at(result, center))
+    return result._replace(center=center, **changed)

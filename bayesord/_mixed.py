@@ -743,35 +743,34 @@ def fit_mixed(X, y, groups, weights, rtol, *, config: MixedConfig) -> MixedResul
     effects, cond_cov, effects_cov, cross, between_big_rest, between_rest = _effects_posterior(
         v, eta, eta_cov, args, config)
     status = jnp.where(jnp.isfinite(value), status, Status.NONFINITE)
-    return _with_natural(MixedResult(
-        config=config, coef=None, thresholds=None, group_cov=None, group_sd=None, cov=None,
-        center=center, scale=scale, eta=eta, eta_cov=eta_cov, effects=effects, effects_cond_cov=cond_cov,
-        effects_cov=effects_cov, effects_cross=cross, factor_cross_cov=between_big_rest,
+    return MixedResult(
+        config=config, center=center, scale=scale, eta=eta, eta_cov=eta_cov, effects=effects,
+        effects_cond_cov=cond_cov, effects_cov=effects_cov, effects_cross=cross, factor_cross_cov=between_big_rest,
         factor_rest_cov=between_rest, loglik=value, n_iter=n_iter, converged=converged & chol_ok,
-        status=status.astype(jnp.int32)))
+        status=status.astype(jnp.int32), **_user_parameters(eta, eta_cov, center, scale, config))
 
 
-def _with_natural(result: MixedResult) -> MixedResult:
-    """``result`` with its parameters on the user's columns (``coef``, ``thresholds``,
-    ``group_sd``, ``group_cov`` and the covariance ``cov``) computed from ``eta``,
-    ``eta_cov``, ``center`` and ``scale``."""
-    config, d = result.config, result.center.shape[0]
+def _user_parameters(eta, eta_cov, center, scale, config):
+    """The result's parameters on the user's columns, ``coef``, ``thresholds``,
+    ``group_sd`` and ``group_cov``, and the covariance ``cov`` of :func:`_natural`'s vector
+    (delta method)."""
+    d = center.shape[0]
     k1, n_sd = config.n_classes - 1, sum(config.factor_effects)
-    T = _user_transforms(result.center, result.scale, config)
-    natural = partial(_natural, d=d, center=result.center, scale=result.scale, T=T, config=config)
-    J = jax.jacfwd(natural)(result.eta)
-    nat = natural(result.eta)
-    group_cov = jax.scipy.linalg.block_diag(*_user_group_covs(T, _unpack(result.eta, d, config)[2], config))
-    return result._replace(coef=nat[:d], thresholds=nat[d:d + k1], group_cov=group_cov,
-                           group_sd=nat[d + k1:d + k1 + n_sd], cov=J @ result.eta_cov @ J.T)
+    T = _user_transforms(center, scale, config)
+    natural = partial(_natural, d=d, center=center, scale=scale, T=T, config=config)
+    J = jax.jacfwd(natural)(eta)
+    nat = natural(eta)
+    group_cov = jax.scipy.linalg.block_diag(*_user_group_covs(T, _unpack(eta, d, config)[2], config))
+    return dict(coef=nat[:d], thresholds=nat[d:d + k1], group_cov=group_cov, group_sd=nat[d + k1:d + k1 + n_sd],
+                cov=J @ eta_cov @ J.T)
 
 
 @jax.jit
-def recentred_mixed(result: MixedResult, center) -> MixedResult:
-    """The result of a fit on ``X - offsets`` as the fit of ``X``: ``center`` (the fit's
-    ``center + offsets``) in place of its own and the parameters on the user's columns
-    computed again (:func:`bayesord._columns.host_offsets`, which says why)."""
-    return _with_natural(result._replace(center=jnp.asarray(center, result.eta.dtype)))
+def mixed_parameters_at(result: MixedResult, center) -> dict:
+    """``result``'s parameters on the user's columns had it been centred at ``center``
+    (:func:`bayesord._columns.restore_offsets`)."""
+    return _user_parameters(result.eta, result.eta_cov, jnp.asarray(center, result.eta.dtype), result.scale,
+                            result.config)
 
 
 @partial(jax.jit, static_argnames=("n_draws",))

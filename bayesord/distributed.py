@@ -32,9 +32,9 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from ._columns import host_offsets
+from ._columns import host_offsets, restore_offsets
 from ._compile_cache import program_for_rows
-from ._mixed import fit_mixed, recentred_mixed
+from ._mixed import fit_mixed, mixed_parameters_at
 from ._probit import fit_probit
 from ._shapes import bucket_rows
 from ._status import check_status
@@ -253,9 +253,7 @@ def fit_ordinal_probit(X, y, *, classes, sample_weight=None, mesh: Mesh | None =
     program = program_for_rows(fit_probit, Xs.shape[0] // mesh.shape[axis], ("config", "n_classes"))
     res = program(Xs, ys, ws, alpha.astype(dtype), solver_tol(model.tol, dtype), config=config,
                   n_classes=len(classes_))
-    res = _replicated(res)
-    if offsets is not None:
-        res = res._replace(center=res.center + offsets)
+    res = restore_offsets(_replicated(res), offsets)
     model.binary_columns_ = _adopt(model, res.status, "distributed.fit_ordinal_probit", classes_, X, names)
     model._spec = None
     model._set_result(res)
@@ -333,10 +331,8 @@ def fit_ordinal_mixed(X, y, groups, *, classes, group_levels, sample_weight=None
     Xs, ys, gs, ws = _place_rows(mesh, _row_axis(mesh, axis), ((X if offsets is None else X - offsets).astype(dtype),
                                                                codes, g), sw.astype(dtype))
     program = program_for_rows(fit_mixed, Xs.shape[0] // mesh.shape[axis], ("config",))
-    res = _replicated(program(Xs, ys, gs, ws, solver_tol(model.tol, dtype), config=config))
-    if offsets is not None:
-        center = res.center + offsets
-        res = jax.tree_util.tree_map(np.asarray, recentred_mixed(res, center))._replace(center=center)
+    res = restore_offsets(_replicated(program(Xs, ys, gs, ws, solver_tol(model.tol, dtype), config=config)), offsets,
+                          mixed_parameters_at)
     binary = _adopt(model, res.status, "distributed.fit_ordinal_mixed", classes_, X, names)
     return model._finish_fit(res, levels if several else levels[0], binary, factors)
 

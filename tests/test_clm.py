@@ -183,7 +183,6 @@ def test_predictions_integrate_the_posterior(simulated):
     assert np.all(lo <= proba + 1e-9) and np.all(proba <= hi + 1e-9) and np.all(sd > 0)
 
 
-
 def test_arviz_draws_have_the_likelihood_of_an_independent_evaluation(simulated):
     """Each exported draw's log-likelihood of the rows equals the SciPy likelihood at that
     draw's exported coefficients, thresholds, shifts and log-scale effects; the thresholds of
@@ -217,6 +216,7 @@ def test_psis_loo_ranks_the_judges_model_above_the_model_without_them(wine):
                                      "clmm": clmm.to_inference_data(wine, wine["rating"], draws=500)})
     assert list(table.index) == ["clmm", "clm"]
     assert table.loc["clm", "elpd_diff"] > 2 * table.loc["clm", "dse"]
+
 
 def test_shifted_and_rescaled_columns_change_nothing(simulated):
     A, y, model = simulated

@@ -325,7 +325,8 @@ def test_a_date_column_is_told_apart_from_text():
 def test_float32_mixed_model_with_a_random_slope_is_the_same_on_columns_far_from_zero():
     # Without host_offsets the probabilities moved by up to 2e-3 (1,200 raw wine rows at
     # 10^5 sds from zero, a random intercept).  The slope's column is shifted too, so the
-    # intercept's sd on the user's scale (at x = 0) is not comparable; the slope's sd is.
+    # intercept's sd on the user's scale (at x = 0) is not comparable; the slope's is (here
+    # near 0: the data have no random slope).
     groups = np.arange(len(Y0)) % 8
     shift = 1e5 * X0.std(0) * np.array([1.0, -1.0, 1.0])
     rows = np.r_[X_TEST, X0[:5]]

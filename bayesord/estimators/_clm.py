@@ -9,15 +9,15 @@ from .. import diagnostics
 from .._clm import (
     CLMConfig,
     CLMResult,
-    clm_columns,
     ThresholdCrossingWarning,
+    clm_columns,
+    clm_parameters_at,
     fit_clm,
     marginal_effects_clm,
     predict_clm,
-    recentred_clm,
     sample_class_probs_clm,
 )
-from .._columns import host_offsets, offset_rows
+from .._columns import host_offsets, offset_rows, restore_offsets
 from .._compile_cache import program_for_rows, stored_fit_program
 from .._shapes import bucket_rows, pad_rows
 from .._status import Status, check_status, convergence_warning, warn_user
@@ -58,6 +58,7 @@ def _fit_program(n_rows):
     """``fit_clm`` for ``n_rows`` (padded) rows, through a stored program where it can (see
     ``stored_fit_program``)."""
     return stored_fit_program(fit_clm, n_rows, ("config",), CLMResult)
+
 
 
 def _one_sided(formula, what):
@@ -316,10 +317,7 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         offsets = host_offsets(X, dtype)
         A, c, w = pad_rows(bucket_rows(n), X if offsets is None else X - offsets, codes, sw, dtype=dtype)
         res = _fit_program(A.shape[0])(A, c, w, solver_tol(self.tol, dtype), columns, config=config)
-        if offsets is None:
-            return jax.tree_util.tree_map(np.asarray, res)
-        center = np.asarray(res.center, np.float64) + offsets
-        return jax.tree_util.tree_map(np.asarray, recentred_clm(res, center))._replace(center=center)
+        return restore_offsets(jax.tree_util.tree_map(np.asarray, res), offsets, clm_parameters_at)
 
     def _set_result(self, res):
         self.result_ = res

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._columns import host_offsets, offset_rows
+from .._columns import host_offsets, offset_rows, restore_offsets
 from .._compile_cache import program_for_rows, stored_fit_program
 from .._likelihood import log_class_probs
 from .._mixed import (
@@ -18,8 +18,8 @@ from .._mixed import (
     effects_on_user_scale,
     fit_mixed,
     marginal_effects_mixed,
+    mixed_parameters_at,
     predict_mixed,
-    recentred_mixed,
     sample_class_probs_mixed,
     sample_posterior_mixed,
 )
@@ -58,6 +58,7 @@ def _fit_program(n_rows):
     """``fit_mixed`` for ``n_rows`` (padded) rows, through a stored program where it can
     (see ``stored_fit_program``)."""
     return stored_fit_program(fit_mixed, n_rows, ("config",), MixedResult)
+
 
 
 def _labels_of_groups(groups, n, what="groups", factors=False):
@@ -106,7 +107,6 @@ class _GroupedRows:
         return part
 
 
-
 @lru_cache(maxsize=None)
 def _row_log_probs(link, factor_slopes):
     """One draw's log class probabilities of rows ``X`` (user's columns) at that draw's
@@ -122,6 +122,7 @@ def _row_log_probs(link, factor_slopes):
         return log_class_probs(latent, jnp.ones_like(latent), params["thresholds"], link)
 
     return log_probs
+
 
 class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
     """Ordinal regression with random intercepts (and slopes) per group (a cumulative link mixed model).
@@ -345,16 +346,13 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         offsets = host_offsets(X, dtype)
         rows = pad_rows(bucket_rows(n), X if offsets is None else X - offsets, codes, g, sw, dtype=dtype)
         res = _fit_program(rows[0].shape[0])(*rows, solver_tol(self.tol, dtype), config=config)
-        if offsets is not None:
-            center = np.asarray(res.center, np.float64) + offsets
-            res = jax.tree_util.tree_map(np.asarray, recentred_mixed(res, center))._replace(center=center)
+        res = restore_offsets(jax.tree_util.tree_map(np.asarray, res), offsets, mixed_parameters_at)
         # Fixed-effect columns that separate the classes do so with every group effect at 0.
         if not (int(res.status) in (Status.SUCCESS, Status.MAX_ITER) and warn_if_separated(
                 self, X, codes, sw, float(res.loglik), int(res.status) == Status.MAX_ITER,
                 "Drop or merge the columns or levels that separate the classes")):
             check_status(res.status, "OrdinalMixed.fit")
-        return self._finish_fit(jax.tree_util.tree_map(np.asarray, res), levels if several else levels[0],
-                                binary_columns(X), factors)
+        return self._finish_fit(res, levels if several else levels[0], binary_columns(X), factors)
 
     def _finish_fit(self, res, levels, binary, factors=None):
         """Set the fitted attributes from a result whose group arrays are padded past

@@ -6,7 +6,7 @@ import jax
 import numpy as np
 
 from .. import diagnostics
-from .._columns import host_offsets, offset_rows
+from .._columns import host_offsets, offset_rows, restore_offsets
 from .._compile_cache import program_for_rows, stored_fit_program
 from .._probit import (
     ProbitConfig,
@@ -62,12 +62,6 @@ def _fit_program(n_rows):
     """``fit_probit`` as compiled for ``n_rows`` (padded) rows, through a stored program where
     it can (see ``stored_fit_program``)."""
     return stored_fit_program(fit_probit, n_rows, ("config", "n_classes"), ProbitResult)
-
-
-def _with_offsets(res, offsets):
-    """A result fitted on ``X - offsets`` (NumPy arrays) as the fit of ``X``: the offsets
-    back in its ``center`` (float64)."""
-    return res if offsets is None else res._replace(center=res.center + offsets)
 
 
 def _predict_program(n_rows):
@@ -208,7 +202,7 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         rows = pad_rows(bucket_rows(X.shape[0]), X if offsets is None else X - offsets, codes, sw, dtype=dtype)
         res = _fit_program(rows[0].shape[0])(*rows, alpha.astype(dtype), solver_tol(self.tol, dtype),
                                              config=self._config(), n_classes=len(self.classes_))
-        self._adopt(_with_offsets(jax.tree_util.tree_map(np.asarray, res), offsets), X, codes, sw, alpha)
+        self._adopt(restore_offsets(jax.tree_util.tree_map(np.asarray, res), offsets), X, codes, sw, alpha)
         return self
 
     def _warn_if_no_evidence_optimum(self, res, X, codes, sw):
@@ -283,7 +277,7 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         res = program(X_pad, codes_pad, w_pad, alpha.astype(dtype), solver_tol(template.tol, dtype),
                       config=template._config(), n_classes=len(classes))
         return copies_of_batch(template, res, weights.shape[0], lambda fitted, r, j: fitted._adopt(
-            _with_offsets(r, offsets), X, codes, weights[j], alpha))
+            restore_offsets(r, offsets), X, codes, weights[j], alpha))
 
     def _standardised_cov(self):
         """The joint posterior covariance of the standardised coefficients and the centred
