@@ -237,6 +237,15 @@ def _fit_tor_impl(X, codes, unlabeled, weight, C1, c2_init, c2_growth, tol, key,
     loss = config.loss
     K = config.n_classes
     lab_c = jnp.where(unlabeled, 0.0, C1 * weight)
+    center = cfg.fit_intercept and not isinstance(X, PaddedRows)
+    if center:
+        # Run on centred columns, as fit_redsvm does (the model is the same: each intercept
+        # takes back w.mu at the end).  On the columns as given, every retraining's warm
+        # start b carries w.mu, which moves with w after each swap round, so the intercept
+        # search started far from its root: on 500 + 1,910 raw rows of statsmodels' `fair`
+        # data (columns up to 6.5 sds from zero) 1.8x the epochs in float64, 18x in float32.
+        mu = jnp.mean(X, axis=0)
+        X = X - mu
 
     cap = config.max_retrains
     nan = jnp.full((cap,), jnp.nan, dtype)
@@ -327,9 +336,12 @@ def _fit_tor_impl(X, codes, unlabeled, weight, C1, c2_init, c2_growth, tol, key,
                                             Status.CAPACITY_REACHED))
     if config.progress:
         report(st, final=True, converged=finished & st["all_conv"] & ~st["bad"])
+    b, init_b = st["b"], st["init_b"]
+    if center:
+        b, init_b = b + jnp.dot(st["w"], mu), init_b + jnp.dot(st["init_w"], mu)
     return TORResult(
-        config=config, labels=st["labels"], init_labels=st["init_labels"], w=st["w"], theta=st["theta"], b=st["b"],
-        init_w=st["init_w"], init_theta=st["init_theta"], init_b=st["init_b"],
+        config=config, labels=st["labels"], init_labels=st["init_labels"], w=st["w"], theta=st["theta"], b=b,
+        init_w=st["init_w"], init_theta=st["init_theta"], init_b=init_b,
         objective_trace=st["obj_tr"], swapped_trace=st["sw_tr"], trace_stage=st["st_tr"],
         trace_c2=st["c2_tr"], trace_swaps=st["nsw_tr"], n_retrains=st["n_ret"],
         n_stages=st["stage"], n_swaps=st["n_swaps"], n_rejected=st["n_rej"], n_iter=st["n_iter"],

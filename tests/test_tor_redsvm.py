@@ -279,6 +279,21 @@ def test_estimator_accuracy_and_attributes():
     np.testing.assert_allclose(m.decision_function(X[:5]), X[:5] @ m.coef_, atol=1e-10)
 
 
+def test_column_offsets_move_only_the_intercept():
+    """With the unregularised intercept, Eq. (9) on x + c is Eq. (9) on x with b moved by
+    w.c, so the offsets are not among the things a fit warns about (fit_intercept=False
+    keeps the warning)."""
+    X, y = data()
+    shift = np.array([40.0, -7.0, 3.0])
+    a = RedSVM(C=1.0).fit(X, y)
+    b = RedSVM(C=1.0).fit(X + shift, y)
+    assert a.converged_ and b.n_iter_ == a.n_iter_
+    np.testing.assert_allclose(b.coef_, a.coef_, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(b.thresholds_, a.thresholds_ + shift @ a.coef_, rtol=1e-9)
+    np.testing.assert_array_equal(b.predict(X + shift), a.predict(X))
+    assert not RedSVM()._offset_sensitive and RedSVM(fit_intercept=False)._offset_sensitive
+
+
 def test_estimator_labels_mapped_and_monotone_relabel():
     X, y = data(1)
     a = RedSVM(C=1.0).fit(X, y)

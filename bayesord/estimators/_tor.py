@@ -34,7 +34,6 @@ def _check_positive(value, name):
 
 class _RedSVMBase(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
     _accept_sparse = True
-    _offset_sensitive = True
     _threshold_scores = True  # calibrate(score="distance")
     _state_types = (KernelMap, RedSVMResult, TORResult)
 
@@ -61,6 +60,13 @@ class _RedSVMBase(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
             raise ValueError(f"n_components must be a positive integer or None, got {self.n_components!r}")
         if not isinstance(self.max_iter, numbers.Integral) or self.max_iter < 1:
             raise ValueError(f"max_iter must be a positive integer, got {self.max_iter!r}")
+
+    @property
+    def _offset_sensitive(self):
+        # With the unregularised intercept a column's offset c moves only b
+        # (w.(x - c) - theta_k - b = w.x - theta_k - (b + w.c)), and the solver centres the
+        # columns; the kernels (RBF, the perceptron kernel) do not see offsets at all.
+        return self.kernel == "linear" and not self.fit_intercept
 
     def _key(self):
         return fit_key(fit_rng(self.random_state))
