@@ -7,10 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from sklearn.base import clone as sklearn_clone
+from sklearn.model_selection import KFold, cross_val_score
 
 from bayesord import NPSVOR, CumulativeLinkModel, OrdinalMixed, OrdinalProbit, PRank, load_model
 from bayesord.cli import main
 from bayesord.datasets import make_ordinal_probit
+from bayesord.estimators._base import clone
 from bayesord.estimators._formula import split_formula
 
 
@@ -96,6 +99,46 @@ def test_command_line_formula_fits_any_model(frame, tmp_path, capsys):
     assert main(["fit", str(train), "--formula", "y ~ dose", "--model", "npsvor", "--nominal", "~ site",
                  "--out", str(tmp_path / "n.npz")]) == 2
     assert "belong to the probit family" in capsys.readouterr().err
+
+
+FORMULA_MODELS = [
+    pytest.param(lambda data: OrdinalProbit.from_formula("y ~ dose + site", data), id="OrdinalProbit"),
+    pytest.param(lambda data: NPSVOR.from_formula("y ~ .", data, random_state=0), id="NPSVOR"),
+    pytest.param(lambda data: CumulativeLinkModel.from_formula("y ~ dose", data, nominal="~ site"),
+                 id="CumulativeLinkModel", marks=pytest.mark.slow),
+    pytest.param(lambda data: OrdinalMixed.from_formula("y ~ dose + ph + (1 | site)", data),
+                 id="OrdinalMixed", marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize("make", FORMULA_MODELS)
+def test_a_formula_model_and_its_clones_refit_the_formula(frame, make):
+    """cross_val_score on a model from_formula made: its clones had lost the formula, and every
+    fold failed with "column(s) 'site' hold text".  A refit, or a clone's fit, on a DataFrame
+    is the formula fitted to it, the response taken from ``y`` when given."""
+    model = make(frame)
+    folds = list(KFold(3).split(frame))
+    expected = [make(frame.iloc[train]).score(frame.iloc[test], frame["y"].iloc[test]) for train, test in folds]
+    np.testing.assert_allclose(cross_val_score(model, frame, frame["y"], cv=folds), expected, rtol=1e-12)
+    part = frame.iloc[:200]
+    reference = make(part)
+    for refit in (sklearn_clone(model).fit(part), clone(model).fit(part.drop(columns="y"), part["y"]),
+                  make(frame).fit(part)):
+        np.testing.assert_allclose(refit.coef_, reference.coef_, rtol=1e-12)
+        np.testing.assert_array_equal(refit.predict(frame), reference.predict(frame))
+    with pytest.raises(ValueError, match="y has 10 rows and the DataFrame 200"):
+        model.fit(part, part["y"][:10])
+
+
+def test_a_formula_model_refit_takes_the_formulas_rows_only(frame):
+    model = OrdinalProbit.from_formula("y ~ dose + site", frame)
+    with pytest.raises(TypeError, match=r"made by from_formula.*fit\(data, y=None, sample_weight=None\)"):
+        model.fit(frame, frame["y"], np.ones(len(frame)), None)
+    with pytest.raises(TypeError, match="not with classes="):
+        model.fit(frame, classes=[0, 1, 2])
+    weighted = model.fit(frame, sample_weight=np.r_[np.ones(150), np.zeros(150)])
+    np.testing.assert_allclose(weighted.coef_, OrdinalProbit.from_formula("y ~ dose + site", frame.iloc[:150]).coef_,
+                               rtol=1e-6)
 
 
 def test_a_bootstrap_of_a_formula_model_refits_the_coded_columns(frame):

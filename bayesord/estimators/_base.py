@@ -46,6 +46,7 @@ from ._formula import (
     check_formula_data,
     coding_state,
     design_matrix,
+    formula_response,
     formula_rows,
     predictors,
     split_formula,
@@ -164,6 +165,10 @@ class ParamsMixin:
             valid[name].set_params(**sub_params)
         return self
 
+    def __sklearn_clone__(self):
+        """scikit-learn's ``clone`` calls this: :func:`clone`."""
+        return clone(self)
+
     def __repr__(self):
         defaults = {name: p.default for name, p in inspect.signature(type(self).__init__).parameters.items()}
         changed = [f"{name}={value!r}" for name, value in self.get_params(deep=False).items()
@@ -171,14 +176,22 @@ class ParamsMixin:
         return f"{type(self).__name__}({', '.join(changed)})"
 
 
+# What a clone keeps besides the parameters: the metadata requests (as scikit-learn's clone),
+# the output format (set_output) and the formula of a model from_formula made (its refits in a
+# cross-validation code their frames the same way).
+_CLONED_SETTINGS = ("_metadata_request", "_output", "_formula_call")
+
+
 def clone(est):
     """A new, unfitted estimator with ``est``'s parameters (copies of them; a nested estimator
-    cloned in turn) and its metadata requests, as scikit-learn's ``clone`` makes it."""
+    cloned in turn), its metadata requests and output format, as scikit-learn's ``clone``
+    makes it, and the formula of a model made by ``from_formula``."""
     params = {name: clone(value) if isinstance(value, ParamsMixin) else copy.deepcopy(value)
               for name, value in est.get_params(deep=False).items()}
     new = type(est)(**params)
-    if hasattr(est, "_metadata_request"):
-        new._metadata_request = copy.deepcopy(est._metadata_request)
+    for name in _CLONED_SETTINGS:
+        if name in vars(est):
+            setattr(new, name, copy.deepcopy(vars(est)[name]))
     return new
 
 
@@ -267,6 +280,10 @@ class OrdinalEstimator(ParamsMixin):
     # fit's arguments that take rows besides X (TransductiveOrdinalRegression's
     # X_unlabeled): from_formula codes a DataFrame given for one as it codes the training rows.
     _formula_fit_rows = ()
+    # Constructor parameters that from_formula sets from the formula (the columns of a
+    # cumulative link model's parts, a mixed model's random slopes): a refit from the formula
+    # sets them again.
+    _formula_set_params = ()
     # What to try when a fit predicts one class for every training row (warn_if_one_class).
     _one_class_hint = ("Standardise the columns, and try a weaker penalty (a larger C) or, for a "
                        "kernel, a width on the data's scale (gamma='scale'); a fit that stopped early "
@@ -280,7 +297,9 @@ class OrdinalEstimator(ParamsMixin):
         against their first level (``temp[T.warm]``); no intercept column (the thresholds, or
         the model's own offsets, hold it).  The fitted model then takes DataFrames with the
         formula's columns in every prediction method, codes them as the fit did, and saves
-        that coding with itself.
+        that coding with itself.  Its ``fit`` on a DataFrame, and its clones' (scikit-learn's
+        ``cross_val_score``, ``GridSearchCV``), fit the formula to that frame, the response
+        from ``y`` when given; a ``fit`` on arrays makes a model of arrays.
 
         Args:
             formula: ``"response ~ terms"``; ``.`` is every other column.
@@ -315,7 +334,28 @@ class OrdinalEstimator(ParamsMixin):
             model.fit(X, data[response], sample_weight=sample_weight, **rows)
         model.formula_ = formula
         model._spec = spec
+        model._formula_call = {"formula": formula, "standardize": standardize}
         return model
+
+    def _refit_from_formula(self, data, y=None, sample_weight=None, **rows):
+        """``fit(data, y)`` of a model ``from_formula`` made, or of its clone: the formula again
+        on the DataFrame ``data`` (its text columns coded anew), the response from ``y`` when
+        given (as scikit-learn's cross-validation passes it) or else from ``data``.  So
+        ``cross_val_score``, ``GridSearchCV`` and a refit on new rows work on formula models."""
+        call = self._formula_call
+        unknown = sorted(set(rows) - set(self._formula_fit_rows))
+        if unknown:
+            raise TypeError(f"{type(self).__name__} was made by from_formula, whose formula names its columns: "
+                            f"it refits with fit(data, y=None, sample_weight=None), not with {unknown[0]}=")
+        if y is not None:
+            if len(y) != len(data):
+                raise ValueError(f"y has {len(y)} rows and the DataFrame {len(data)}")
+            data = data.assign(**{formula_response(call["formula"]): getattr(y, "array", y)})
+        params = {name: value for name, value in self.get_params(deep=False).items()
+                  if name not in self._formula_set_params}
+        fitted = type(self).from_formula(data=data, sample_weight=sample_weight, **call, **rows, **params)
+        vars(self).update(vars(fitted))
+        return self
 
     @property
     def status_(self):
@@ -930,8 +970,17 @@ def fresh_fit(fit):
 
     @functools.wraps(fit)
     def wrapper(self, *args, **kwargs):
-        reset_fitted(self)
         user_fit = not _INTERNAL_FIT.get()
+        if user_fit and "_formula_call" in vars(self):
+            X = args[0] if args else kwargs.get("X")
+            if type(X).__name__ == "DataFrame":
+                if len(args) > 2:
+                    raise TypeError(f"{type(self).__name__} was made by from_formula, whose formula names its "
+                                    "columns: it refits with fit(data, y=None, sample_weight=None)")
+                return self._refit_from_formula(*args, **{k: v for k, v in kwargs.items() if k != "X"},
+                                                **({"data": X} if not args else {}))
+            del self._formula_call  # a fit on arrays makes a model of arrays
+        reset_fitted(self)
         arguments = signature.bind(self, *args, **kwargs).arguments
         folds = self._calibration_folds(arguments) if user_fit else 0
         if user_fit:

@@ -158,6 +158,7 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
 
     _format = "bayesord.CumulativeLinkModel/1"
     _formula_attrs = ("formula_", "nominal_formula_", "scale_formula_", "_terms")
+    _formula_set_params = ("location", "nominal", "scale")
     _scale_sensitive = False  # the fit standardises the columns itself
     _one_class_hint = BAYES_ONE_CLASS_HINT
     _zero_weight_drops_row = True
@@ -221,6 +222,7 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         model.scale_formula_ = scale
         model._spec = specs
         model._terms = _term_columns(*parts["location"])
+        model._formula_call = {"formula": formula, "nominal": nominal, "scale": scale}
         return model
 
     def _resolve(self, names, d):

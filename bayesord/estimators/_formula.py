@@ -7,8 +7,8 @@ import warnings
 
 from .._validation import missing_cells_message
 
-__all__ = ["SavedCoding", "check_formula_data", "coding_state", "design_matrix", "formula_rows",
-           "group_columns", "has_group_term", "slope_columns", "split_formula"]
+__all__ = ["SavedCoding", "check_formula_data", "coding_state", "design_matrix", "formula_response",
+           "formula_rows", "group_columns", "has_group_term", "slope_columns", "split_formula"]
 
 # ``(1 | group)``, ``(1 + x | group)``: a group term of a formula (lme4's notation, as ``clmm`` uses it).
 _GROUP_TERM = re.compile(r"\(\s*([^()|]*?)\s*\|\s*([^()|]*?)\s*\)")
@@ -39,6 +39,21 @@ def predictors(data, response):
     return data.drop(columns=response)
 
 
+def formula_response(formula):
+    """The response column's name in ``"response ~ terms"``."""
+    if not isinstance(formula, str):
+        raise TypeError(f"formula must be a string such as 'rating ~ temp + contact', got "
+                        f"{type(formula).__name__}")
+    if formula.count("~") != 1:
+        raise ValueError(f"formula {formula!r} needs one '~' between the response and the terms")
+    lhs = formula.split("~")[0].strip()
+    if not lhs:
+        raise ValueError(f"formula {formula!r} has no response before '~'")
+    if re.fullmatch(r"`[^`]+`", lhs):  # a response whose name is not a Python name
+        lhs = lhs[1:-1]
+    return lhs
+
+
 def split_formula(formula, group_term=True):
     """``"y ~ a + b + (1 + a | g)"`` -> ``("y", "a + b", "g", "a")``.
 
@@ -50,16 +65,7 @@ def split_formula(formula, group_term=True):
     means ``(1 + x | a) + (1 + x | a:b)``; a group term without its intercept (``0 +`` or
     ``- 1``) is refused.
     """
-    if not isinstance(formula, str):
-        raise TypeError(f"formula must be a string such as 'rating ~ temp + contact', got "
-                        f"{type(formula).__name__}")
-    if formula.count("~") != 1:
-        raise ValueError(f"formula {formula!r} needs one '~' between the response and the terms")
-    lhs, rhs = (s.strip() for s in formula.split("~"))
-    if not lhs:
-        raise ValueError(f"formula {formula!r} has no response before '~'")
-    if re.fullmatch(r"`[^`]+`", lhs):  # a response whose name is not a Python name
-        lhs = lhs[1:-1]
+    lhs, rhs = formula_response(formula), formula.split("~")[1].strip()
     terms = _GROUP_TERM.findall(rhs)
     if not group_term:
         if terms:

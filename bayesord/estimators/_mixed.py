@@ -208,6 +208,7 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
 
     _format = "bayesord.OrdinalMixed/2"
     _formula_attrs = ("formula_", "group_name_")
+    _formula_set_params = ("random_slopes",)
     _scale_sensitive = False  # the fit standardises the columns itself
     _one_class_hint = BAYES_ONE_CLASS_HINT
     _zero_weight_drops_row = True
@@ -261,6 +262,7 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         model.group_name_ = group if isinstance(group, str) else factors
         model.group_factors_ = factors
         model._spec = spec
+        model._formula_call = {"formula": formula}
         return model
 
     def _config(self, n_classes, n_groups, d, names, factors=("group",)):
