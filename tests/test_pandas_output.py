@@ -52,9 +52,10 @@ def test_probit_predictions_are_labelled_frames_with_the_same_values(data):
     # The library's own calls still get arrays: score reads predict, calibrate predict_proba.
     assert model.score(X, y) == plain.score(X, y)
     model.calibrate(X, y, cv=3)
-    # NumPy rows get 0..n-1; "default" switches back; clone and a model file keep no setting.
+    # NumPy rows get 0..n-1; "default" switches back; a clone keeps the setting, as
+    # scikit-learn's clone keeps its own estimators' set_output.
     assert model.predict_proba(rows.to_numpy()).index.equals(pd.RangeIndex(4))
-    assert isinstance(clone(model).fit(X, y).predict(rows), np.ndarray)
+    assert isinstance(clone(model).fit(X, y).predict(rows), pd.Series)
     assert isinstance(model.set_output(transform="default").predict(rows), np.ndarray)
 
 

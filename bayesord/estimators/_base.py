@@ -393,9 +393,9 @@ class OrdinalEstimator(ParamsMixin):
         ``predict_proba_interval`` three such DataFrames (lower, upper, sd);
         ``predict_expected`` a Series; ``predict_set`` a DataFrame with columns ``lower`` and
         ``upper`` (for several alphas, columns ``(alpha, "lower")``, ``(alpha, "upper")``).
-        The index is ``X``'s when ``X`` is a DataFrame, else 0..n-1.  The setting belongs to
-        this object: ``clone`` and a saved model file do not keep it.  (The name and argument
-        are scikit-learn's, as on its transformers.)
+        The index is ``X``'s when ``X`` is a DataFrame, else 0..n-1.  ``clone`` keeps the
+        setting (as scikit-learn's keeps its transformers'); a saved model file does not.
+        (The name and argument are scikit-learn's, as on its transformers.)
 
         Args:
             transform: ``"pandas"``, ``"default"`` (NumPy), or None (unchanged).
