@@ -699,7 +699,8 @@ def test_arviz_draws_of_a_factor_whose_sd_is_fitted_at_zero_stay_at_zero(dataset
     """wine's bottle sd is fitted at 0 (its conditional covariances are rounding): the
     bottles' draws are 0 and the judges' keep group_effects()' means and sds."""
     wine = _grouped(datasets_dir, "wine")
-    model = OrdinalMixed.from_formula("rating ~ temp + contact + (1 | judge) + (1 | bottle)", wine, link="logit")
+    with pytest.warns(UserWarning, match=r"singular fit.*sd\(bottle\)"):
+        model = OrdinalMixed.from_formula("rating ~ temp + contact + (1 | judge) + (1 | bottle)", wine, link="logit")
     assert model.result_.group_sd[1] < 1e-6
     post = model.to_inference_data(draws=2000, chains=2, random_state=0).posterior
     assert np.abs(post["effects_bottle"].values).max() < 1e-6
@@ -711,7 +712,8 @@ def test_arviz_draws_of_a_factor_whose_sd_is_fitted_at_zero_stay_at_zero(dataset
 @pytest.mark.slow
 def test_arviz_export_of_slopes_and_crossed_factors_names_every_term(datasets_dir):
     wine = _grouped(datasets_dir, "wine")
-    model = OrdinalMixed.from_formula("rating ~ temp + contact + (1 + temp | judge) + (1 | bottle)", wine)
+    with pytest.warns(UserWarning, match=r"singular fit.*sd\(bottle\)"):
+        model = OrdinalMixed.from_formula("rating ~ temp + contact + (1 + temp | judge) + (1 | bottle)", wine)
     post = model.to_inference_data(draws=50, chains=2).posterior
     assert post["effects_judge"].dims == ("chain", "draw", "judge", "judge_term")
     assert list(post["effects_judge"].coords["judge_term"].values) == ["(Intercept)", "temp[T.warm]"]

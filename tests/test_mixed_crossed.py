@@ -71,7 +71,8 @@ def test_a_factor_without_variance_adds_nothing(datasets_dir, tmp_path):
     """``wine`` with judges and bottles: the bottle sd goes to 0 (clmm: 4e-6), and then the
     fit is the judges-only fit; the sd's interval starts at 0."""
     wine = pd.read_csv(datasets_dir / "wine.csv.gz")
-    both = OrdinalMixed.from_formula("rating ~ temp + contact + (1 | judge) + (1 | bottle)", wine, link="logit")
+    with pytest.warns(UserWarning, match=r"singular fit.*: sd\(bottle\) = [0-9.e-]+\.  The data"):
+        both = OrdinalMixed.from_formula("rating ~ temp + contact + (1 | judge) + (1 | bottle)", wine, link="logit")
     judges = OrdinalMixed.from_formula("rating ~ temp + contact + (1 | judge)", wine, link="logit")
     assert both.group_sd_[1] < 1e-4
     assert both.loglik_ == pytest.approx(judges.loglik_, abs=1e-6)
@@ -243,8 +244,10 @@ def test_nested_factors_from_a_formula():
     with pytest.raises(ValueError, match="no column 'class'"):
         nested.predict_proba(rows.drop(columns="class"))
     # lme4's (1 + x | a/b) gives each nested factor the slopes.
-    sloped = OrdinalMixed.from_formula("y ~ x + (1 + x | school/class)", data)
-    sloped_explicit = OrdinalMixed.from_formula("y ~ x + (1 + x | school) + (1 + x | unit)",
-                                                data.assign(unit=[f"{s}:{c}" for s, c in zip(school, klass)]))
+    with pytest.warns(UserWarning, match=r"singular fit.*school:class: x moves with school:class: \(Intercept\)"):
+        sloped = OrdinalMixed.from_formula("y ~ x + (1 + x | school/class)", data)
+    with pytest.warns(UserWarning, match=r"singular fit.*unit: x moves with unit: \(Intercept\)"):
+        sloped_explicit = OrdinalMixed.from_formula("y ~ x + (1 + x | school) + (1 + x | unit)",
+                                                    data.assign(unit=[f"{s}:{c}" for s, c in zip(school, klass)]))
     assert sloped.group_terms_ == {"school": ["(Intercept)", "x"], "school:class": ["(Intercept)", "x"]}
     assert sloped.loglik_ == pytest.approx(sloped_explicit.loglik_, abs=1e-9)

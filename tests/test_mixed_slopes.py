@@ -13,6 +13,8 @@ References:
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -255,3 +257,27 @@ def test_random_slopes_by_name_and_bad_ones(small):
         OrdinalMixed(random_slopes=["dose"]).fit(X, y, g)
     with pytest.raises(TypeError, match="from the formula"):
         OrdinalMixed.from_formula("y ~ dose + (1 | g)", frame.assign(y=y, g=g), random_slopes=[0])
+
+
+def test_a_singular_fit_says_which_group_effects_sit_at_the_boundary():
+    """statsmodels' `fair` data with `(1 + age | occupation)` gave a correlation of -1.000 and a
+    slope sd of 3e-8 with no word of it.  Simulated here: groups that shift the intercept
+    only, and ratings with no group effect at all; lme4's criterion (a diagonal entry of
+    Lambda below 1e-4) names the slope, then the sd, and not a group effect that is there."""
+    rng = np.random.default_rng(0)
+    g, x = rng.integers(0, 20, 400), rng.normal(size=400)
+    shifts = 0.8 * rng.normal(size=20)
+    data = pd.DataFrame({"x": x, "g": g, "y": np.digitize(x + shifts[g] + rng.normal(size=400), [-1, 0, 1]),
+                         "flat": np.digitize(x + rng.normal(size=400), [-1, 0, 1])})
+    with pytest.warns(UserWarning, match=r"singular fit.*: g: x moves with g: \(Intercept\) \(correlation "
+                                         r"[+-]1\.0000\)\.  The data"):
+        sloped = OrdinalMixed.from_formula("y ~ x + (1 + x | g)", data)
+    assert abs(sloped.summary().loc["corr(g: (Intercept), x)", "mean"]) > 0.999
+    with pytest.warns(UserWarning, match=r"singular fit.*: sd\(g\) = [0-9.e-]+\.  The data"):
+        flat = OrdinalMixed.from_formula("flat ~ x + (1 | g)", data)
+    assert flat.group_sd_ < 1e-6
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        intercepts = OrdinalMixed.from_formula("y ~ x + (1 | g)", data)
+    assert intercepts.group_sd_ == pytest.approx(0.79, abs=0.2)
+    assert intercepts.loglik_ == pytest.approx(sloped.loglik_, abs=0.01)

@@ -24,7 +24,7 @@ from .._mixed import (
     sample_posterior_mixed,
 )
 from .._shapes import bucket_rows, pad_rows
-from .._status import Status, check_status
+from .._status import Status, check_status, warn_user
 from .._validation import float_dtype
 from ..diagnostics import _check_draws, _pointwise
 from ._base import (
@@ -80,10 +80,12 @@ def _labels_of_groups(groups, n, what="groups", factors=False):
 
 
 def _factor_names(groups, n_factors):
-    """The grouping factors' names: a DataFrame's columns, else ``"group"`` for one factor and
-    ``"group0"``, ``"group1"``, ... for several."""
+    """The grouping factors' names: a DataFrame's columns, a named Series' name, else
+    ``"group"`` for one factor and ``"group0"``, ``"group1"``, ... for several."""
     if hasattr(groups, "columns"):
         return [str(c) for c in groups.columns]
+    if n_factors == 1 and getattr(groups, "name", None) is not None:
+        return [str(groups.name)]
     return ["group"] if n_factors == 1 else [f"group{r}" for r in range(n_factors)]
 
 
@@ -354,7 +356,43 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
                 self, X, codes, sw, float(res.loglik), int(res.status) == Status.MAX_ITER,
                 "Drop or merge the columns or levels that separate the classes")):
             check_status(res.status, "OrdinalMixed.fit")
-        return self._finish_fit(res, levels if several else levels[0], binary_columns(X), factors)
+        self._finish_fit(res, levels if several else levels[0], binary_columns(X), factors)
+        boundary = self._singular_terms()
+        if boundary:
+            warn_user(f"OrdinalMixed: a singular fit, at the boundary of the group effects' covariance "
+                      f"(lme4's 'boundary (singular) fit'): {'; '.join(boundary)}.  The data do not tell "
+                      "these group effects apart from none; a simpler group term (without the slope, or "
+                      "without the factor) fits about as well, and the intervals of the sds and correlations "
+                      "at the boundary do not hold.")
+        return self
+
+    def _singular_terms(self, tol=1e-4):
+        """The group effects at the boundary of their covariance, described, or [].
+
+        As lme4's ``isSingular``: a diagonal entry of the factor ``Lambda`` of the standardised
+        random design (``Sigma = Lambda Lambda^T``, in latent sds) below ``tol``.  Entry i is
+        the sd of effect i beyond what the earlier effects of its factor explain: 0 means an
+        sd of 0, or a correlation of +-1 with them.
+        """
+        lam = np.asarray(self.result_.eta)[-self.result_.config.n_cov_params:]
+        sd_labels, _, _, _ = self._group_cov_labels()
+        sds, cov = np.asarray(self.result_.group_sd), np.asarray(self.result_.group_cov)
+        out, at, first = [], 0, 0
+        for terms in self._terms_by_factor().values():
+            p = len(terms)
+            for i in range(p):
+                if abs(lam[at + i * (i + 1) // 2 + i]) >= tol:
+                    continue
+                j = first + i
+                if i == 0 or sds[j] < tol * max(sds[first:first + p].max(), 1.0):
+                    out.append(f"sd({sd_labels[j]}) = {sds[j]:.2g}")
+                else:
+                    corr = cov[first:j, j] / (sds[first:j] * sds[j])
+                    k = first + int(np.argmax(np.abs(corr)))
+                    out.append(f"{sd_labels[j]} moves with {sd_labels[k]} (correlation "
+                               f"{corr[k - first]:+.4f})")
+            at, first = at + p * (p + 1) // 2, first + p
+        return out
 
     def _finish_fit(self, res, levels, binary, factors=None):
         """Set the fitted attributes from a result whose group arrays are padded past
