@@ -505,12 +505,13 @@ def sample_class_probs_clm(result: CLMResult, A, key, *, n_draws: int = 200):
 
 
 @jax.jit
-def marginal_effects_clm(result: CLMResult, A, discrete):
+def marginal_effects_clm(result: CLMResult, A, discrete, values=None):
     """Average marginal effects of each column of ``A`` on the class probabilities and the
     expected class, with delta-method sds (:func:`bayesord._effects.average_marginal_effects`).
 
     A column's effect goes through every part of (1) it is in: its location coefficient, its
-    threshold shifts and its scale coefficient.
+    threshold shifts and its scale coefficient.  ``values``: the value of each class in the
+    expected class, shape (K,) (None: 0..K-1).
 
     Returns:
         (effects, sds), each of shape (D, K + 1).
@@ -518,4 +519,4 @@ def marginal_effects_clm(result: CLMResult, A, discrete):
     def proba(eta, A_rows):
         return _plugin_proba(eta, _standardised(result, A_rows), result)
 
-    return average_marginal_effects(proba, result.eta, result.eta_cov, A, discrete)
+    return average_marginal_effects(proba, result.eta, result.eta_cov, A, discrete, values)

@@ -3,8 +3,8 @@ probabilities are a differentiable function of its parameters.
 
 For column ``j`` of the rows ``X``: the average over the rows of ``dP(y = k | x) / dx_j`` (a
 continuous column) or of ``P(y = k | x, x_j = 1) - P(y = k | x, x_j = 0)`` (a 0/1 column),
-and the same for the expected class position ``sum_k k P(y = k)`` (classes numbered
-0..K-1).  Rows given as the data average the effect over them (the average marginal effect);
+and the same for the expected class ``sum_k c_k P(y = k)`` (``c_k`` the class values, or
+positions; a shift of every ``c_k`` changes no effect).  Rows given as the data average the effect over them (the average marginal effect);
 one row gives the effect at those values.  The effects are functions of the parameters
 ``theta``; their covariance is ``J Sigma J^T`` with ``J`` their Jacobian in ``theta``
 (forward-mode) and ``Sigma`` the posterior covariance of ``theta`` (Laplace).
@@ -18,7 +18,7 @@ import jax.numpy as jnp
 __all__ = ["average_marginal_effects"]
 
 
-def average_marginal_effects(proba, theta, cov, X, discrete):
+def average_marginal_effects(proba, theta, cov, X, discrete, values=None):
     """Marginal effects of each column on every class probability and on the expected class.
 
     Args:
@@ -27,6 +27,8 @@ def average_marginal_effects(proba, theta, cov, X, discrete):
         cov: their posterior covariance, shape (m, m).
         X: rows, shape (n, d).
         discrete: bool, shape (d,): which columns take the 0 -> 1 change.
+        values: the value ``c_k`` of each class in the expected class, shape (K,) (None:
+            positions 0..K-1).
 
     Returns:
         (effects, sds), each of shape (d, K + 1): the last column is the expected class.
@@ -35,8 +37,8 @@ def average_marginal_effects(proba, theta, cov, X, discrete):
     d = X.shape[1]
 
     def outcomes(p):
-        positions = jnp.arange(p.shape[-1], dtype=p.dtype)
-        return jnp.concatenate([p, (p @ positions)[..., None]], axis=-1)
+        c = jnp.arange(p.shape[-1], dtype=p.dtype) if values is None else jnp.asarray(values, p.dtype)
+        return jnp.concatenate([p, (p @ c)[..., None]], axis=-1)
 
     def effects(t):
         def slope(j):

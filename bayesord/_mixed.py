@@ -1028,7 +1028,7 @@ def _plugin_proba(eta, result: MixedResult, X, groups):
 
 
 @jax.jit
-def marginal_effects_mixed(result: MixedResult, X, groups, discrete):
+def marginal_effects_mixed(result: MixedResult, X, groups, discrete, values=None):
     """Average marginal effects of each column on the class probabilities and the expected class.
 
     :func:`bayesord._effects.average_marginal_effects` with the probabilities at ``eta`` and
@@ -1040,10 +1040,11 @@ def marginal_effects_mixed(result: MixedResult, X, groups, discrete):
         X: rows, shape (n, d), on the user's scale.
         groups: group codes, shape (n,) or (n, R) (-1 for a level the fit has not seen).
         discrete: bool, shape (d,): which columns take the 0/1 change.
+        values: the value of each class in the expected class, shape (K,) (None: 0..K-1).
 
     Returns:
         (effects, sds), each of shape (d, K + 1).
     """
     groups = jnp.asarray(groups, jnp.int32)
     return average_marginal_effects(lambda eta, Xs: _plugin_proba(eta, result, Xs, groups),
-                                    result.eta, result.eta_cov, X, discrete)
+                                    result.eta, result.eta_cov, X, discrete, values)

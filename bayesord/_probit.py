@@ -583,7 +583,7 @@ _thresholds_at_zero_jit = jax.jit(partial(_thresholds_at_zero, jnp))
 
 
 @jax.jit
-def marginal_effects_probit(result: ProbitResult, X, discrete):
+def marginal_effects_probit(result: ProbitResult, X, discrete, values=None):
     """Average marginal effects of each column on the class probabilities and the expected class.
 
     :func:`bayesord._effects.average_marginal_effects` with the class probabilities at the
@@ -594,10 +594,11 @@ def marginal_effects_probit(result: ProbitResult, X, discrete):
         result: a :class:`ProbitResult`.
         X: rows, shape (n, d), on the user's scale.
         discrete: bool, shape (d,): which columns take the 0/1 change.
+        values: the value of each class in the expected class, shape (K,) (None: 0..K-1).
 
     Returns:
         (effects, sds), each of shape (d, K + 1): per column, the effect on each class
-        probability and on the expected class (classes numbered 0..K-1).
+        probability and on the expected class.
     """
     d = result.coef.shape[0]
     theta = jnp.concatenate([result.coef, result.thresholds])
@@ -607,7 +608,7 @@ def marginal_effects_probit(result: ProbitResult, X, discrete):
         f = (Xs - result.center) @ t[:d]
         return jnp.exp(log_class_probs(f, jnp.broadcast_to(result.sigma, f.shape), t[d:], result.config.link))
 
-    return average_marginal_effects(proba, theta, cov, X, discrete)
+    return average_marginal_effects(proba, theta, cov, X, discrete, values)
 
 
 def _posterior_draws(result: ProbitResult, key, n_draws):

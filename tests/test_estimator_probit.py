@@ -375,6 +375,18 @@ def test_marginal_effects_match_a_numpy_reference_and_follow_the_columns_units()
                                rtol=1e-6, atol=1e-10)
 
 
+def test_the_expected_class_effect_counts_the_label_values():
+    """Labels 1, 5, 10, 30: the effect on E[class] is the effects on the class probabilities
+    weighted by the label values, as predict_expected weighs the probabilities (it was by
+    positions 0..K-1, which agree only for consecutive numbers)."""
+    X, y = _raw_design()
+    values = np.array([1.0, 5.0, 10.0, 30.0])
+    model = OrdinalProbit(thresholds="joint", alpha=0.0).fit(X, values[y].astype(int))
+    table = model.marginal_effects(X)["mean"].unstack()
+    np.testing.assert_allclose(table["E[class]"], table[[f"P(y={c})" for c in (1, 5, 10, 30)]] @ values,
+                               rtol=1e-10)
+
+
 def test_marginal_effects_at_one_row_and_after_save_load(tmp_path):
     X, y = _raw_design(200, seed=3)
     model = OrdinalProbit(thresholds="joint").fit(X, y)

@@ -440,7 +440,8 @@ class CumulativeLinkModel(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         A, res = self._device_inputs(X)
         if A.shape[1] == 0:
             raise ValueError("the model has no columns, so no marginal effects")
-        effect, sd = program_for_rows(marginal_effects_clm, A.shape[0])(res, A, self.binary_columns_)
+        effect, sd = program_for_rows(marginal_effects_clm, A.shape[0])(res, A, self.binary_columns_,
+                                                                         self._expected_values())
         return marginal_effects_table(effect, sd, self._column_names(), self.classes_, self.binary_columns_, level)
 
     def _column_names(self):

@@ -792,8 +792,8 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         X, codes, res = self._device_inputs(X, groups)
         if X.shape[1] == 0:
             raise ValueError("the model has no columns, so no marginal effects")
-        effect, sd = program_for_rows(marginal_effects_mixed, X.shape[0])(res, X, codes,
-                                                                        self.binary_columns_)
+        effect, sd = program_for_rows(marginal_effects_mixed, X.shape[0])(res, X, codes, self.binary_columns_,
+                                                                        self._expected_values())
         return marginal_effects_table(effect, sd, self._coef_names(), self.classes_, self.binary_columns_, level)
 
     # ------------------------------------------------------------ persistence

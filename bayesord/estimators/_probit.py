@@ -403,7 +403,7 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         that column).  Pass the data to average over them, or one row to get the effects at
         those values; a model fitted from a formula takes a DataFrame.  Probabilities are at
         the posterior mode, and the sds propagate the joint posterior of the coefficients and
-        thresholds (delta method); the expected class numbers the classes 0..K-1.  See
+        thresholds (delta method); the expected class is :meth:`predict_expected`'s.  See
         :func:`bayesord._probit.marginal_effects_probit`.
 
         Returns:
@@ -413,7 +413,7 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         """
         X, res = self._device_inputs(X)
         effects = program_for_rows(marginal_effects_probit, X.shape[0])
-        effect, sd = effects(res, X.astype(float_dtype()), self.binary_columns_)
+        effect, sd = effects(res, X.astype(float_dtype()), self.binary_columns_, self._expected_values())
         names = self.posterior_result()[1]["feature_names"]
         return marginal_effects_table(effect, sd, names, self.classes_, self.binary_columns_, level)
 

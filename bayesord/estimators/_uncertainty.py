@@ -170,11 +170,15 @@ class UncertaintyMixin:
     def predict_expected(self, X):
         """Expected label: ``sum_k P(y=k) c_k`` over the class values ``c_k`` when the classes
         are numeric, else over class positions 1..K (a margin model's needs :meth:`calibrate`)."""
-        proba = self.predict_proba(X)
+        return self.predict_proba(X) @ self._expected_values()
+
+    def _expected_values(self):
+        """The value of each class in the expected label: the class values when they are
+        numbers, else positions 1..K (float64, (K,))."""
         values = np.asarray(self.classes_)
         if values.dtype.kind not in "biuf":
             values = np.arange(1, len(values) + 1)
-        return proba @ values.astype(np.float64)
+        return values.astype(np.float64)
 
     def _predicted_codes(self, X):
         """Class codes of the point predictions (the anchor of every set)."""
