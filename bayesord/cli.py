@@ -433,6 +433,9 @@ def _fit_formula(args) -> int:
     from .estimators._formula import has_group_term, split_formula
 
     response = split_formula(args.formula, group_term=has_group_term(args.formula))[0]
+    if args.target is not None and args.target != response:
+        raise ValueError(f"--target {args.target!r} is not the formula's response {response!r}: with "
+                         "--formula the response is the formula's (leave --target out)")
     if calibration is not None and response not in calibration[0].columns:
         raise ValueError(f"argument --calibrate-on: {args.calibrate_on} has no column {response!r} (the "
                          "formula's response), which calibration needs")
@@ -482,6 +485,8 @@ def _fit(args) -> int:
         return _fit_formula(args)
     if args.nominal or args.scale:
         raise ValueError("--nominal and --scale go with --formula")
+    if args.target is None:
+        args.target = "y"
     X, y, names = _read_table(args.data, args.target)
     classes = _parse_classes(args.classes, y, args.target)
     if args.unlabeled is not None and args.model != "tor":
@@ -801,7 +806,8 @@ def _parser():
                                    "--param NAME=VALUE sets any other.")
     f.add_argument("data", metavar="DATA",
                    help="CSV file with a header row; every column but the target is a numeric feature")
-    f.add_argument("--target", default="y", help="name of the label column (default: y)")
+    f.add_argument("--target", help="name of the label column (default: y; with --formula, the "
+                                    "formula's response)")
     f.add_argument("--out", required=True,
                    help="where to save the model (.npz); never one of the input files, and an "
                         "existing file only with --force")

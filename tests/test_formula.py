@@ -4,9 +4,12 @@ dropping."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pandas as pd
 import pytest
+from scipy.stats import norm
 from sklearn.base import clone as sklearn_clone
 from sklearn.model_selection import KFold, cross_val_score
 
@@ -139,6 +142,21 @@ def test_a_formula_model_refit_takes_the_formulas_rows_only(frame):
     weighted = model.fit(frame, sample_weight=np.r_[np.ones(150), np.zeros(150)])
     np.testing.assert_allclose(weighted.coef_, OrdinalProbit.from_formula("y ~ dose + site", frame.iloc[:150]).coef_,
                                rtol=1e-6)
+
+
+def test_a_formula_without_terms_says_which_model_fits_it(frame, tmp_path, capsys):
+    with pytest.raises(ValueError, match=r"'y ~ 1' has no terms to fit, and OrdinalProbit needs a column; "
+                                         r"CumulativeLinkModel fits the thresholds alone"):
+        OrdinalProbit.from_formula("y ~ 1", frame)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the thresholds alone predict one class by construction
+        null = CumulativeLinkModel.from_formula("y ~ 1", frame)
+    shares = np.cumsum(np.unique(frame["y"], return_counts=True)[1])[:-1] / len(frame)
+    np.testing.assert_allclose(norm.cdf(null.thresholds_), shares, rtol=1e-6)  # clm(y ~ 1): the shares
+    frame.to_csv(tmp_path / "d.csv", index=False)
+    assert main(["fit", str(tmp_path / "d.csv"), "--formula", "y ~ dose", "--target", "site",
+                 "--out", str(tmp_path / "m.npz")]) == 2
+    assert "--target 'site' is not the formula's response 'y'" in capsys.readouterr().err
 
 
 def test_a_bootstrap_of_a_formula_model_refits_the_coded_columns(frame):

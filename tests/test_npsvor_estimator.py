@@ -30,6 +30,14 @@ def test_bad_parameters_rejected(data, kwargs, err):
         NPSVOR(**kwargs).fit(X, y)
 
 
+@pytest.mark.parametrize("kwargs, name", [(dict(C="abc"), "C"), (dict(C1="abc"), "C1"),
+                                          (dict(C=2.0, C2=-1.0), "C2"), (dict(C=-1.0, C1=2.0), "C")])
+def test_a_bad_penalty_is_named_as_given(data, kwargs, name):
+    """`--param C=abc` was answered "C1 must be a real number": C1 and C2 default to C."""
+    with pytest.raises((TypeError, ValueError), match=rf"^{name} must be"):
+        NPSVOR(**kwargs).fit(*data)
+
+
 def test_bad_data_rejected(data):
     X, y = data
     with pytest.raises(ValueError, match="NaN"):

@@ -321,6 +321,9 @@ class OrdinalEstimator(ParamsMixin):
         response, terms, _, _ = split_formula(formula, group_term=False)
         check_formula_data(formula, data, response)
         X, spec = design_matrix(terms, predictors(data, response))
+        if X.shape[1] < cls._min_features:
+            raise ValueError(f"formula {formula!r} has no terms to fit, and {cls.__name__} needs a column; "
+                             "CumulativeLinkModel fits the thresholds alone (the class shares)")
         rows = {name: formula_rows(spec, params.pop(name)) for name in cls._formula_fit_rows
                 if params.get(name) is not None}
         model = cls(**params)
@@ -1149,6 +1152,8 @@ def warn_if_one_class(est, fit_args) -> None:
     are the labels read, rows taken from the classes in turn, and then, if those too land in
     one class, every row predicted.
     """
+    if getattr(est, "n_features_in_", None) == 0 and "groups" not in fit_args:
+        return  # the thresholds alone: one class for every row by construction
     X, y = fit_args["X"], fit_args["y"]
     # Rows as fit took them: a frame stays a frame (a formula model reads its columns), any
     # sparse format becomes CSR (row indexing), anything else an array (lists, array-likes).

@@ -141,8 +141,9 @@ class NPSVOR(ProbaLayerMixin, SnapshotSavableMixin, OrdinalEstimator):
         self.calibration_cv = calibration_cv
 
     def _check_params(self):
-        C1 = _positive("C1", self.C if self.C1 is None else self.C1)
-        C2 = _positive("C2", self.C if self.C2 is None else self.C2)
+        # A bad C is named as the user gave it: C, or the C1/C2 that replaces it.
+        C1, C2 = (_positive("C", self.C) if own is None else _positive(name, own)
+                  for name, own in (("C1", self.C1), ("C2", self.C2)))
         if isinstance(self.epsilon, bool) or not isinstance(self.epsilon, numbers.Real):
             raise TypeError(f"epsilon must be a real number, got {self.epsilon!r}")
         if not np.isfinite(self.epsilon) or self.epsilon < 0:
