@@ -4,8 +4,8 @@ probabilities are a differentiable function of its parameters.
 For column ``j`` of the rows ``X``: the average over the rows of ``dP(y = k | x) / dx_j`` (a
 continuous column) or of ``P(y = k | x, x_j = 1) - P(y = k | x, x_j = 0)`` (a 0/1 column),
 and the same for the expected class ``sum_k c_k P(y = k)`` (``c_k`` the class values, or
-positions; a shift of every ``c_k`` changes no effect).  Rows given as the data average the effect over them (the average marginal effect);
-one row gives the effect at those values.  The effects are functions of the parameters
+positions; a shift of every ``c_k`` changes no effect).  Rows given as the data average the
+effect over them (the average marginal effect); one row gives the effect at those values.  The effects are functions of the parameters
 ``theta``; their covariance is ``J Sigma J^T`` with ``J`` their Jacobian in ``theta``
 (forward-mode) and ``Sigma`` the posterior covariance of ``theta`` (Laplace).
 """

@@ -340,16 +340,17 @@ class OrdinalEstimator(ParamsMixin):
         model._formula_call = {"formula": formula, "standardize": standardize}
         return model
 
-    def _refit_from_formula(self, data, y=None, sample_weight=None, **rows):
+    def _refit_from_formula(self, data, y=None, *more, sample_weight=None, **rows):
         """``fit(data, y)`` of a model ``from_formula`` made, or of its clone: the formula again
         on the DataFrame ``data`` (its text columns coded anew), the response from ``y`` when
         given (as scikit-learn's cross-validation passes it) or else from ``data``.  So
         ``cross_val_score``, ``GridSearchCV`` and a refit on new rows work on formula models."""
         call = self._formula_call
         unknown = sorted(set(rows) - set(self._formula_fit_rows))
-        if unknown:
+        if more or unknown:
+            given = f"not with {unknown[0]}=" if unknown else "its other arguments by name"
             raise TypeError(f"{type(self).__name__} was made by from_formula, whose formula names its columns: "
-                            f"it refits with fit(data, y=None, sample_weight=None), not with {unknown[0]}=")
+                            f"it refits with fit(data, y=None, sample_weight=None), {given}")
         if y is not None:
             if len(y) != len(data):
                 raise ValueError(f"y has {len(y)} rows and the DataFrame {len(data)}")
@@ -977,11 +978,7 @@ def fresh_fit(fit):
         if user_fit and "_formula_call" in vars(self):
             X = args[0] if args else kwargs.get("X")
             if type(X).__name__ == "DataFrame":
-                if len(args) > 2:
-                    raise TypeError(f"{type(self).__name__} was made by from_formula, whose formula names its "
-                                    "columns: it refits with fit(data, y=None, sample_weight=None)")
-                return self._refit_from_formula(*args, **{k: v for k, v in kwargs.items() if k != "X"},
-                                                **({"data": X} if not args else {}))
+                return self._refit_from_formula(X, *args[1:], **{k: v for k, v in kwargs.items() if k != "X"})
             del self._formula_call  # a fit on arrays makes a model of arrays
         reset_fitted(self)
         arguments = signature.bind(self, *args, **kwargs).arguments
