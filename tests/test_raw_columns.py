@@ -236,7 +236,7 @@ def test_isbor_kernel_fit_is_the_same_on_raw_and_standardised_columns():
     # Half the rows repeat the other half up to 1% noise, so the greedy selection meets
     # near-ties.  In float32 (the default) the two versions of the data reach the fit as the
     # same numbers; standardised inside the float32 fit instead, this draw chose different
-    # relevance vectors (evidence 0.44 apart).  In float64 the fits agree only up to rounding
+    # relevance vectors (evidence 0.44 apart).  In float64 the fits agree up to the stopping rule
     # (docs/isbor.md).
     rng = np.random.default_rng(4)
     Z = rng.normal(size=(60, 15))

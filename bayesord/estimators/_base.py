@@ -268,6 +268,9 @@ class OrdinalEstimator(ParamsMixin):
     # on their scales (the model does not standardise them).
     _offset_sensitive = False
     _scale_sensitive = True
+    # Why a fit in float32 (JAX's default) is worse than in float64, for the models whose user
+    # fits then warn (None: no warning).
+    _float32_warning = None
     # The fewest feature columns a fit takes (0 where the thresholds and group effects alone
     # make a model).
     _min_features = 1
@@ -454,6 +457,9 @@ class OrdinalEstimator(ParamsMixin):
                           "standardise the columns (e.g. a Pipeline with "
                           "sklearn.preprocessing.StandardScaler); `bayesord fit` does it by default",
                           ColumnScaleWarning)
+        if self._float32_warning and float_dtype() == np.float32 and not _INTERNAL_FIT.get():
+            warn_user(f"{type(self).__name__} fits in float32, JAX's default: {self._float32_warning}; "
+                      'call jax.config.update("jax_enable_x64", True) before fitting (the command line does)')
         codes, classes_ = encode_labels(y, classes, n=X.shape[0])
         sw = check_sample_weight(sample_weight, X.shape[0])
         if getattr(self, "class_weight", None) is not None:
