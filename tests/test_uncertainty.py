@@ -530,6 +530,23 @@ def test_a_class_with_one_calibration_row_is_kept_in_every_training_fold():
         assert set(codes[train]) == {0, 1, 2, 3} and not set(train) & set(test)
 
 
+def test_calibrate_says_when_it_makes_fewer_folds_than_asked():
+    """calibrate(cv=5) on labels whose rarest class has 2 rows made 2 folds, recorded 5, and
+    said nothing (a helper's float32 trial); a class's single row went unremarked too."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(120, 2))
+    y = np.digitize(X @ [1.0, -1.0] + 0.5 * rng.normal(size=120), [-0.5, 0.5])
+    y[:2], y[2] = 3, 4  # a class of two rows and a class of one
+    model = PRank(random_state=0).fit(X, y)
+    with pytest.warns(UserWarning, match=r"calibrate\(cv=5\): 2 folds, not 5: .* class 3 has 2 rows; the row "
+                                         r"of class\(es\) \[4\] \(one row each\) is held out by no fold"):
+        model.calibrate(X, y, cv=5)
+    assert model.conformal_.cv == 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        PRank(random_state=0).fit(X[3:], y[3:]).calibrate(X[3:], y[3:], cv=5)
+
+
 def test_the_layer_reads_the_decision_values_whose_spread_a_refit_keeps():
     rng = np.random.default_rng(0)
     final = rng.normal(size=(40, 3)) * np.array([1.0, 1.0, 0.0])

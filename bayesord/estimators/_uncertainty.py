@@ -79,11 +79,18 @@ def fold_indices(codes, cv, random_state):
     multi = np.flatnonzero(counts[codes] >= 2)
     if multi.size == 0:
         raise ValueError("cross-fitting needs a class with at least 2 rows")
-    k = min(cv, int(counts[counts >= 2].min()))
+    k = fold_count(codes, cv)
     seed = 0 if random_state is None else random_state
     folds = kfold_indices(codes[multi], k=k, seed=seed)
     n = codes.shape[0]
     return [(np.setdiff1d(np.arange(n), multi[test]), multi[test]) for _, test in folds]
+
+
+def fold_count(codes, cv):
+    """The folds :func:`fold_indices` makes of ``codes`` when ``cv`` are asked for: at most the
+    smallest count of a class with two rows or more."""
+    counts = np.bincount(codes)
+    return min(cv, int(counts[counts >= 2].min())) if np.any(counts >= 2) else cv
 
 
 def training_weights(train_sets, n):
@@ -310,7 +317,9 @@ class UncertaintyMixin:
         Args:
             X: (n_cal, d) features, as for ``predict``.
             y: (n_cal,) labels from ``classes_``.
-            cv: None (held-out rows) or the number of folds.
+            cv: None (held-out rows) or the number of folds: at most the row count of the
+                rarest class (of those with two rows or more); fewer are made with a warning,
+                and ``conformal_.cv`` says how many.
             score: ``"aps"`` (ordinal adaptive prediction sets, the default), ``"cdf"``
                 (two-sided cumulative score) or, for a model that predicts by thresholds on
                 one score (RedSVM, TransductiveOrdinalRegression, SwappedPairsSVM),
@@ -342,6 +351,8 @@ class UncertaintyMixin:
             raise ValueError(f"{codes.shape[0]} calibration rows for {K} classes: calibrate on at "
                              "least one row per class (a few hundred for alpha = 0.1 sets that are "
                              "not needlessly wide)")
+        if cv:
+            cv = self._folds_to_make(codes, cv)
         values, anchor = self._held_out_values(X, codes, cv, random_state, score)
         if score != "distance":
             values = conformity_scores(self._calibration_proba(X, values, codes, cv, random_state), anchor,
@@ -350,6 +361,25 @@ class UncertaintyMixin:
         self.conformal_ = ConformalCalibration(scores=true_scores, labels=codes, score=score, cv=cv,
                                                matrix=values, anchors=anchor)
         return self
+
+    def _folds_to_make(self, codes, cv):
+        """The fold count cross-fitting makes of ``cv`` asked for, with a warning when it is
+        fewer (a fold holds a row of every class that has as many) or when a class has one
+        row (no fold holds it out)."""
+        made = fold_count(codes, cv)
+        counts = np.bincount(codes, minlength=len(self.classes_))
+        notes = []
+        if made < cv:
+            rarest = np.asarray(self.classes_)[np.flatnonzero(counts == made)[0]].tolist()
+            notes.append(f"{made} folds, not {cv}: the folds are stratified, each holding out rows of every "
+                         f"class, and class {rarest!r} has {made} rows")
+        single = np.asarray(self.classes_)[counts == 1]
+        if single.size:
+            notes.append(f"the row of class(es) {single.tolist()} (one row each) is held out by no fold, so a "
+                         "model that saw it scores it")
+        if notes:
+            warn_user(f"calibrate(cv={cv}): {'; '.join(notes)}")
+        return made
 
     def predict_set(self, X, alpha=0.1, *, method="conformal", mondrian=False, risk="coverage"):
         """Contiguous prediction sets ``[lower, upper]`` of labels, one per row and alpha.
