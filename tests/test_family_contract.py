@@ -232,6 +232,7 @@ def test_estimators_predict_through_the_family_functions(tmp_path):
     np.testing.assert_array_equal(loaded.dual_coef_, est.dual_coef_)
 
 
+@pytest.mark.slow  # a fit of every family: 17 s of compiling
 def test_every_result_names_its_iterations_status_coefficients_and_thresholds_alike():
     """``n_iter``, ``converged``, ``status`` and ``coef`` on every family's result, and
     ``thresholds`` wherever the model has thresholds (ISBOR's are its ``b``, RED-SVM's and

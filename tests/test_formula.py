@@ -105,7 +105,8 @@ def test_command_line_formula_fits_any_model(frame, tmp_path, capsys):
 
 
 FORMULA_MODELS = [
-    pytest.param(lambda data: OrdinalProbit.from_formula("y ~ dose + site", data), id="OrdinalProbit"),
+    pytest.param(lambda data: OrdinalProbit.from_formula("y ~ dose + site", data), id="OrdinalProbit",
+                 marks=pytest.mark.slow),
     pytest.param(lambda data: NPSVOR.from_formula("y ~ .", data, random_state=0), id="NPSVOR"),
     pytest.param(lambda data: CumulativeLinkModel.from_formula("y ~ dose", data, nominal="~ site"),
                  id="CumulativeLinkModel", marks=pytest.mark.slow),

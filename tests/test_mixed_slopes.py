@@ -259,6 +259,7 @@ def test_random_slopes_by_name_and_bad_ones(small):
         OrdinalMixed.from_formula("y ~ dose + (1 | g)", frame.assign(y=y, g=g), random_slopes=[0])
 
 
+@pytest.mark.slow  # three mixed fits, two programs: 10 s
 def test_a_singular_fit_says_which_group_effects_sit_at_the_boundary():
     """statsmodels' `fair` data with `(1 + age | occupation)` gave a correlation of -1.000 and a
     slope sd of 3e-8 with no word of it.  Simulated here: groups that shift the intercept

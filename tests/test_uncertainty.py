@@ -26,6 +26,7 @@ from bayesord import (
 from bayesord._status import warn_user, warned_once
 from bayesord.datasets import make_ordinal_probit
 from bayesord.estimators._proba_layer import stable_columns
+from bayesord.estimators._uncertainty import fold_indices
 from bayesord.metrics import ordinal_log_loss
 
 K = 4
@@ -518,8 +519,6 @@ def test_bad_bootstrap_requests_are_clear_errors(make, call, match):
 
 
 def test_a_class_with_one_calibration_row_is_kept_in_every_training_fold():
-    from bayesord.estimators._uncertainty import fold_indices
-
     codes = np.array([0] + [1] * 7 + [2] * 9 + [3] * 6)
     folds = fold_indices(codes, 5, random_state=0)
     assert len(folds) == 5
@@ -530,6 +529,20 @@ def test_a_class_with_one_calibration_row_is_kept_in_every_training_fold():
         assert set(codes[train]) == {0, 1, 2, 3} and not set(train) & set(test)
 
 
+def test_the_folds_made_are_said_when_fewer_than_asked():
+    model = PRank()
+    model.classes_ = np.array(["a", "b", "c", "d"])
+    codes = np.array([0] * 9 + [1] * 3 + [2] * 7 + [3])
+    with pytest.warns(UserWarning, match=r"calibrate\(cv=5\): 3 folds, not 5: .* class 'b' has 3 rows; the row of "
+                                         r"class\(es\) \['d'\] \(one row each\) is held out by no fold"):
+        assert model._folds_to_make(codes, 5) == 3
+    assert len(fold_indices(codes, 5, 0)) == 3
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert model._folds_to_make(codes[:-1], 3) == 3
+
+
+@pytest.mark.slow  # a PRank fit and its calibration: 7 s of compiling
 def test_calibrate_says_when_it_makes_fewer_folds_than_asked():
     """calibrate(cv=5) on labels whose rarest class has 2 rows made 2 folds, recorded 5, and
     said nothing (a helper's float32 trial); a class's single row went unremarked too."""
