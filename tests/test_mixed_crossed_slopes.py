@@ -125,6 +125,7 @@ def _reference_laplace(beta, b, Sigma, item_sd, X, y, G):
     return -neg(u) + log_prior_norm - 0.5 * np.linalg.slogdet(0.5 * (H + H.T))[1]
 
 
+@pytest.mark.slow  # the module's fixture: crossed factors with slopes, 10 s of compiling
 def test_laplace_equals_a_scipy_evaluation_and_is_maximised(small):
     X, y, G, model = small
     assert model.converged_ and model.group_factors_ == ["subject", "item"]
@@ -144,6 +145,7 @@ def test_laplace_equals_a_scipy_evaluation_and_is_maximised(small):
         assert _reference_laplace(model.coef_, model.thresholds_, Sigma, item_sd + sign * 2e-2, X, y, G) < ref
 
 
+@pytest.mark.slow  # the module's fixture: crossed factors with slopes, 10 s of compiling
 def test_implicit_gradient_matches_finite_differences(small):
     X, y, G, model = small
     res = model.result_
@@ -157,6 +159,7 @@ def test_implicit_gradient_matches_finite_differences(small):
     assert np.all(np.abs(grad[-4:]) > 1e-2)  # every covariance component is exercised
 
 
+@pytest.mark.slow  # the module's fixture: crossed factors with slopes, 10 s of compiling
 def test_predictions_integrate_the_joint_gaussian(small):
     """Rows with both levels known (the subject's two effects and the item's correlated through
     the shared rows), with the item new, and with the subject new, against NumPy Monte Carlo."""
@@ -205,6 +208,7 @@ def test_predictions_integrate_the_joint_gaussian(small):
     assert np.abs(tiles[0, :, 0, 0]).max() > 1e-4  # the levels' covariance is exercised
 
 
+@pytest.mark.slow  # the module's fixture: crossed factors with slopes, 10 s of compiling
 def test_raw_columns_give_the_same_fit_in_their_own_units(small):
     X, y, G, model = small
     shift, scale = np.array([1e3, -20.0]), np.array([100.0, 0.01])
@@ -219,6 +223,7 @@ def test_raw_columns_give_the_same_fit_in_their_own_units(small):
                                model.predict_proba(X[:20], frame[:20]), atol=1e-7)
 
 
+@pytest.mark.slow  # the module's fixture: crossed factors with slopes, 10 s of compiling
 def test_attributes_summary_and_a_saved_model(small, tmp_path):
     X, y, G, model = small
     assert model.group_effects_["subject"].shape == (SUBJECTS, 2)
@@ -250,6 +255,7 @@ def test_slopes_per_factor_are_checked():
         OrdinalMixed(random_slopes={"item": [7]}).fit(X, y, frame)
 
 
+@pytest.mark.slow  # the module's fixture: crossed factors with slopes, 10 s of compiling
 def test_cross_conformal_sets_refit_with_the_named_factors(small):
     """The fold copies get the factors' names, which ``random_slopes`` uses."""
     X, y, G, model = small

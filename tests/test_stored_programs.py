@@ -79,6 +79,7 @@ def test_without_the_cache_the_jitted_program_runs(monkeypatch):
                             {"config": ProbitConfig(), "n_classes": 3}) is None
 
 
+@pytest.mark.slow  # ISBOR's solver compiled twice: 6 s
 @pytest.mark.skipif(not _compile_cache._export_ready(), reason="jax.export serialisation needs flatbuffers")
 def test_isbor_fits_through_its_stored_solver_as_through_the_jitted_one():
     """ISBOR's fold fits and final fit share one stored program, kept optimised (not the quick

@@ -424,6 +424,7 @@ def test_npsvor_bootstrap_draws_are_solved_past_the_solvers_own_error():
     assert np.all(solver_sd < 0.25 * draws[0].std(axis=0)), solver_sd / draws[0].std(axis=0)
 
 
+@pytest.mark.slow  # a C search and its refits: 6 s
 def test_npsvor_draws_after_a_c_search_are_refits_at_the_chosen_c(monkeypatch):
     """A draw keeps the cross-validated C_ rather than repeating the search: the draws are
     those of the model fitted at that C."""
