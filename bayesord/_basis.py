@@ -39,6 +39,8 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.sparse as sp
 
+from ._precision import jit
+
 __all__ = [
     "KERNELS",
     "check_kernel",
@@ -186,7 +188,7 @@ def candidate_rows(X, idx, gamma, kernel: str = "rbf", degree: int = 2):
     return kernel_matrix(jnp.take(X, idx, axis=0), X, gamma, kernel, degree)
 
 
-@partial(jax.jit, static_argnames=("m",))
+@partial(jit, static_argnames=("m",))
 def kmeanspp_indices(X, key, m: int):
     """``m`` distinct row indices of ``X`` chosen by k-means++ seeding (D^2 sampling).
 
@@ -263,7 +265,7 @@ def blocked_kernel_matrix(A, B, kind: str, gamma=1.0, center=None, block: int = 
     return jax.lax.map(one, Ap).reshape(nb * block, -1)[:n]
 
 
-@partial(jax.jit, static_argnames=("kind",))
+@partial(jit, static_argnames=("kind",))
 def fit_kernel_map(landmarks, kind: str, gamma=1.0):
     """Build the empirical feature map on the landmark rows (eigendecomposition of K_LL).
 
@@ -282,7 +284,7 @@ def fit_kernel_map(landmarks, kind: str, gamma=1.0):
     return KernelMap(landmarks, center, proj, jnp.asarray(gamma, K.dtype))
 
 
-@partial(jax.jit, static_argnames=("kind",))
+@partial(jit, static_argnames=("kind",))
 def transform_kernel_map(kmap: KernelMap, X, kind: str):
     """Feature rows ``z(x)`` (n, m) for new points: ``k(X, L) U Lambda^{-1/2}``."""
     return blocked_kernel_matrix(X, kmap.landmarks, kind, kmap.gamma, kmap.center) @ kmap.projection

@@ -66,6 +66,7 @@ from ._laplace import maximise_exact, saddle_free_precision
 from ._likelihood import log_class_probs, log_predictive_probs, ordinal_ratios
 from ._linalg import safe_cholesky
 from ._links import check_link
+from ._precision import jit
 from ._results import mode_labels, result_type
 from ._status import Status
 from ._thresholds import initial_thresholds, thresholds_from_params
@@ -358,7 +359,7 @@ def _prox_newton(smooth, eta0, lam, rtol, max_iter, max_sweeps=200):
     return c.eta, c.hess, c.n_iter, c.status == Status.SUCCESS, c.status
 
 
-@partial(jax.jit, static_argnames=("config",))
+@partial(jit, static_argnames=("config",))
 def fit_clm(A, y, weights, rtol, columns: CLMColumns, *, config: CLMConfig) -> CLMResult:
     """Fit the cumulative link model (1) by maximum likelihood, with its Laplace posterior.
 
@@ -453,7 +454,7 @@ def _user_parameters(eta, eta_cov, center, scale, cols: CLMColumns, k1):
                 scale_coef=nat[d + k1 + p * k1:], cov=J @ eta_cov @ J.T)
 
 
-@jax.jit
+@jit
 def clm_parameters_at(result: CLMResult, center) -> dict:
     """``result``'s parameters on the user's columns had it been centred at ``center``
     (:func:`bayesord._columns.restore_offsets`)."""
@@ -466,7 +467,7 @@ def _standardised(result: CLMResult, A):
     return (jnp.asarray(A, result.eta.dtype) - result.center) / result.scale
 
 
-@jax.jit
+@jit
 def predict_clm(result: CLMResult, A) -> CLMPrediction:
     """Predictive class probabilities of rows ``A`` (the design matrix's columns).
 
@@ -493,7 +494,7 @@ def _plugin_proba(eta, Az, result):
     return jnp.exp(log_class_probs(jnp.zeros_like(one), one, a, result.config.link))
 
 
-@partial(jax.jit, static_argnames=("n_draws",))
+@partial(jit, static_argnames=("n_draws",))
 def sample_class_probs_clm(result: CLMResult, A, key, *, n_draws: int = 200):
     """Class probabilities under ``n_draws`` draws of ``eta`` from its Laplace posterior,
     shape (n_draws, n, K): their spread is the posterior uncertainty of the probabilities."""
@@ -504,7 +505,7 @@ def sample_class_probs_clm(result: CLMResult, A, key, *, n_draws: int = 200):
     return jax.vmap(lambda e_s: _plugin_proba(result.eta + e_s, Az, result))(e)
 
 
-@jax.jit
+@jit
 def marginal_effects_clm(result: CLMResult, A, discrete, values=None):
     """Average marginal effects of each column of ``A`` on the class probabilities and the
     expected class, with delta-method sds (:func:`bayesord._effects.average_marginal_effects`).

@@ -96,6 +96,7 @@ from ._likelihood import log_class_probs, log_predictive_probs, ordinal_terms
 from ._linalg import chol_inverse, chol_solve
 from ._links import check_link
 from ._mesh import partitioned
+from ._precision import jit
 from ._progress import batch_label, emit
 from ._results import check_settings, result_type
 from ._status import Status
@@ -582,7 +583,7 @@ class _State(NamedTuple):
     idx_trace: jax.Array
 
 
-@partial(jax.jit, static_argnames=("config",))
+@partial(jit, static_argnames=("config",))
 @partitioned
 def fit_isbor(X, y, weights, cand_index, cand_valid, key, theta, *, config: ISBORConfig,
               min_delta=1e-2, alpha_init=1e-3, alpha_max=1e10, newton_rtol=1e-10, hyper_lr=0.1):
@@ -814,7 +815,7 @@ class _SBORState(NamedTuple):
     act_trace: jax.Array
 
 
-@partial(jax.jit, static_argnames=("config",))
+@partial(jit, static_argnames=("config",))
 def fit_sbor(X, y, weights, cand_index, cand_valid, theta, *, config: ISBORConfig,
              min_delta=1e-2, alpha_init=1.0, alpha_max=1e10, alpha_tol=1e-1,
              newton_rtol=1e-10, hyper_lr=0.1):
@@ -970,7 +971,7 @@ def _basis(result: ISBORResult, X):
     return Phi * result.mask[None, :]
 
 
-@jax.jit
+@jit
 def _predict_isbor(result: ISBORResult, X) -> ISBORPrediction:
     Phi = _basis(result, X)
     mean = Phi @ result.w
@@ -1006,7 +1007,7 @@ def sample_class_probs_isbor(result: ISBORResult, X, key, *, n_draws: int = 200)
     return _sample_class_probs_isbor(result, X, key, n_draws=n_draws)
 
 
-@partial(jax.jit, static_argnames=("n_draws",))
+@partial(jit, static_argnames=("n_draws",))
 def _sample_class_probs_isbor(result: ISBORResult, X, key, *, n_draws: int):
     Phi = _basis(result, X)
     active = result.mask.astype(result.w.dtype)

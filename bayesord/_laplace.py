@@ -39,6 +39,7 @@ import numpy as np
 
 from ._likelihood import ordinal_loglik, ordinal_ratios, ordinal_terms, terms_from_ratios
 from ._linalg import chol_inverse, chol_logdet, chol_solve, safe_cholesky
+from ._precision import jit
 from ._status import Status
 from ._thresholds import params_from_thresholds, thresholds_from_params, thresholds_jacobian
 
@@ -231,7 +232,7 @@ def _newton(evaluate, derivatives, x0, rtol, max_iter):
     return x, value, L, n_iter, converged, status
 
 
-@partial(jax.jit, static_argnames=("link", "max_iter"))
+@partial(jit, static_argnames=("link", "max_iter"))
 def newton_map(Phi, y, weights, b, sigma, alpha, w0, rtol, *, link="probit", max_iter=100):
     """Maximise the log posterior (Eq. 7) over w by damped Newton.
 
@@ -389,7 +390,7 @@ def _joint_derivatives(Phi, y, weights, t, w, n_thr, alpha):
     return jnp.concatenate([g_w, g_b]), -hess
 
 
-@partial(jax.jit, static_argnames=("link", "max_iter"))
+@partial(jit, static_argnames=("link", "max_iter"))
 def newton_map_joint(Phi, y, weights, b0, sigma, alpha, w0, rtol, *, link="probit", max_iter=100):
     """Maximise ``log p(y | w, b) - 1/2 w^T A w`` jointly over (w, b).
 

@@ -22,6 +22,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from ._precision import full_precision
+
 __all__ = ["permutation", "jit_serial_cpu"]
 
 _SERIAL_CPU = {"xla_disable_hlo_passes": "cpu-parallel-task-assigner"}
@@ -43,12 +45,15 @@ def permutation(key, n: int):
 
 
 def jit_serial_cpu(fun, static_argnames=()):
-    """``jax.jit(fun)``, compiled without parallel task assignment when on CPU.
+    """``jax.jit(fun)``, compiled without parallel task assignment when on CPU (and, as
+    every compiled function of the library, with full-precision float32 products:
+    :mod:`bayesord._precision`).
 
     The backend is looked up at each call (``jax.default_backend()``), so the same function
     object serves CPU and accelerator runs; each variant has its own compilation cache.
     Called on tracers (inside another jitted function) it is a plain nested ``jax.jit``.
     """
+    fun = full_precision(fun)
     serial = jax.jit(fun, static_argnames=static_argnames, compiler_options=_SERIAL_CPU)
     plain = jax.jit(fun, static_argnames=static_argnames)
 

@@ -86,6 +86,7 @@ from ._laplace import maximise_exact
 from ._linalg import safe_cholesky
 from ._links import check_link
 from ._mesh import partitioned
+from ._precision import jit
 from ._results import mode_labels, result_type
 from ._status import Status
 from ._thresholds import initial_thresholds, thresholds_from_params, thresholds_jacobian
@@ -676,7 +677,7 @@ def _effects_posterior(v, eta, eta_cov, args, config):
             between_big_rest, between_rest)
 
 
-@partial(jax.jit, static_argnames=("config",))
+@partial(jit, static_argnames=("config",))
 @partitioned
 def fit_mixed(X, y, groups, weights, rtol, *, config: MixedConfig) -> MixedResult:
     """Fit the ordinal mixed model by maximising the Laplace likelihood (1).
@@ -765,7 +766,7 @@ def _user_parameters(eta, eta_cov, center, scale, config):
                 cov=J @ eta_cov @ J.T)
 
 
-@jax.jit
+@jit
 def mixed_parameters_at(result: MixedResult, center) -> dict:
     """``result``'s parameters on the user's columns had it been centred at ``center``
     (:func:`bayesord._columns.restore_offsets`)."""
@@ -773,7 +774,7 @@ def mixed_parameters_at(result: MixedResult, center) -> dict:
                             result.config)
 
 
-@partial(jax.jit, static_argnames=("n_draws",))
+@partial(jit, static_argnames=("n_draws",))
 def sample_posterior_mixed(result: MixedResult, key, *, n_draws: int = 2000):
     """Joint draws of the parameters and the group effects from the Laplace posterior, on the
     user's scale.
@@ -859,7 +860,7 @@ def _conditional_effects_noise(result: MixedResult, gain, key, n_draws):
     return out.at[:, big].set(z_big).at[:, rest].set(z_rest.reshape(n_draws, -1, p))
 
 
-@jax.jit
+@jit
 def effects_on_user_scale(result: MixedResult):
     """The group effects on the user's scale (intercepts at ``x = 0``, slopes per unit of their
     columns, as ``clmm``'s ``ranef``): modes (Q, p), posterior covariances and conditional
@@ -958,7 +959,7 @@ def _margin_moments(result: MixedResult, X, groups):
     return Z @ beta_z + rows.mean, b, jnp.maximum(margin_var, 0.0)
 
 
-@jax.jit
+@jit
 def predict_mixed(result: MixedResult, X, groups) -> MixedPrediction:
     """Predictive class probabilities of rows ``X`` in groups ``groups``.
 
@@ -980,7 +981,7 @@ def predict_mixed(result: MixedResult, X, groups) -> MixedPrediction:
                            cum_proba=jnp.exp(log_cum), log_proba=log_p)
 
 
-@partial(jax.jit, static_argnames=("n_draws",))
+@partial(jit, static_argnames=("n_draws",))
 def sample_class_probs_mixed(result: MixedResult, X, groups, key, *, n_draws: int = 200):
     """Class probabilities under posterior draws, shape (n_draws, n, K).
 
@@ -1027,7 +1028,7 @@ def _plugin_proba(eta, result: MixedResult, X, groups):
     return jnp.exp(log_class_probs(Z @ beta_z + c, one, b, result.config.link))
 
 
-@jax.jit
+@jit
 def marginal_effects_mixed(result: MixedResult, X, groups, discrete, values=None):
     """Average marginal effects of each column on the class probabilities and the expected class.
 

@@ -80,6 +80,7 @@ from jax import lax
 
 
 from ._loops import jit_serial_cpu, permutation
+from ._precision import jit
 from ._progress import emit, prefix
 from ._results import Prediction, result_type
 from ._sparse import PaddedRows, row_dots
@@ -607,7 +608,7 @@ def fit_npsvor(X: PaddedRows, codes, n_classes: int, C1, C2, eps, tol, key,
 # --------------------------------------------------------------------------- prediction
 
 
-@jax.jit
+@jit
 def decision_values(coef, X: PaddedRows):
     """f_k(x) = w_k'x for every row and rank.
 
@@ -621,13 +622,13 @@ def decision_values(coef, X: PaddedRows):
     return row_dots(X, coef)
 
 
-@jax.jit
+@jit
 def predict_r_old(F):
     """r_old (Eq. 5): the rank of the nearest hyperplane, argmin_k |f_k(x)| (0-based)."""
     return jnp.argmin(jnp.abs(F), axis=1).astype(jnp.int32)
 
 
-@jax.jit
+@jit
 def predict_r_new(F):
     """r_new (Eq. 35-36): 1 + #{k < p : f_k(x) + f_{k+1}(x) > 0}, returned 0-based.
 
@@ -639,7 +640,7 @@ def predict_r_new(F):
     return jnp.sum(g > 0, axis=1).astype(jnp.int32)
 
 
-@jax.jit
+@jit
 def _predict_npsvor(result: NPSVORResult, X):
     F = decision_values(result.coef, X)
     labels = predict_r_new(F) if result.config.predictor == "new" else predict_r_old(F)
@@ -696,7 +697,7 @@ def _fold_mae(coef, X, codes, mask, predictor):
     return jnp.sum(jnp.where(mask, err, 0.0)) / jnp.maximum(jnp.sum(mask), 1)
 
 
-_fold_maes = jax.jit(
+_fold_maes = jit(
     lambda coefs, X, codes, masks, predictor: lax.map(
         lambda cm: _fold_mae(cm[0], X, codes, cm[1], predictor), (coefs, masks)),
     static_argnames=("predictor",))

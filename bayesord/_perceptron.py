@@ -61,6 +61,7 @@ import numpy as np
 
 from ._basis import kernel_matrix as basis_kernel
 from ._loops import jit_serial_cpu
+from ._precision import jit
 from ._results import Prediction, check_settings, result_type
 from ._sparse import PaddedRows, row_axpy, row_dot, row_dots, row_sq_norms
 from ._status import final_status
@@ -523,7 +524,7 @@ def kernel_matrix(A, B, hyper: PerceptronHyper, kernel: str):
     return basis_kernel(A, B, hyper.gamma, kernel, hyper.degree, hyper.coef0)
 
 
-@partial(jax.jit, static_argnames="config")
+@partial(jit, static_argnames="config")
 def _fit_dual(X, y, sample_weight, key, hyper, state, config):
     n = X.shape[0]
 
@@ -586,7 +587,7 @@ def _increments_primal(coef, thresholds, X):
     return inc.at[:, 0].set(0.0)
 
 
-@jax.jit
+@jit
 def _primal_scores(coef, thresholds, X):
     return jnp.cumsum(_increments_primal(coef, thresholds, X), axis=1)
 
@@ -600,7 +601,7 @@ def decision_function(result: PerceptronResult, X):
     return _primal_scores(result.coef, result.thresholds, X)
 
 
-@partial(jax.jit, static_argnames=("batch_size",))
+@partial(jit, static_argnames=("batch_size",))
 def _dual_scores(result, X, batch_size):
     def one(x):
         return kernel_matrix(x[None, :], result.support, result.hyper, result.config.kernel)[0] @ result.dual_coef

@@ -76,6 +76,7 @@ from ._likelihood import log_class_probs, log_predictive_probs, ordinal_terms
 from ._linalg import chol_inverse, chol_logdet, chol_solve, safe_cholesky
 from ._links import check_link
 from ._mesh import partitioned
+from ._precision import jit
 from ._results import check_settings, mode_labels, result_type
 from ._shapes import bucket_rows, pad_rows
 from ._status import Status, final_status
@@ -302,7 +303,7 @@ def _alpha_vector(alpha, d, dtype):
     return jnp.broadcast_to(jnp.asarray(alpha, dtype), (d,))
 
 
-@partial(jax.jit, static_argnames=("config", "n_classes"))
+@partial(jit, static_argnames=("config", "n_classes"))
 @partitioned
 def fit_probit(X, y, weights, alpha, rtol, *, config: ProbitConfig, n_classes: int) -> ProbitResult:
     """Fit the Bayesian linear ordinal model.
@@ -346,7 +347,7 @@ def fit_probit(X, y, weights, alpha, rtol, *, config: ProbitConfig, n_classes: i
                         cross_cov=res.cross_cov / scale[:, None], center=center, scale=scale)
 
 
-@partial(jax.jit, static_argnames=("config", "n_classes"))
+@partial(jit, static_argnames=("config", "n_classes"))
 def fit_probit_weights(X, y, weights, alpha, rtol, *, config: ProbitConfig, n_classes: int) -> ProbitResult:
     """:func:`fit_probit` once per row of ``weights``, in one compiled program (``vmap``).
 
@@ -537,7 +538,7 @@ def predict_probit(result: ProbitResult, X, *, link: str | None = None) -> Probi
     return _predict_probit(result, X)
 
 
-@jax.jit
+@jit
 def _predict_probit(result: ProbitResult, X) -> ProbitPrediction:
     link = result.config.link
     X = jnp.asarray(X, result.coef.dtype)
@@ -579,10 +580,10 @@ def _thresholds_at_zero(xp, result):
     return thresholds, cov, result.cross_cov + xp.outer(wc, ones)
 
 
-_thresholds_at_zero_jit = jax.jit(partial(_thresholds_at_zero, jnp))
+_thresholds_at_zero_jit = jit(partial(_thresholds_at_zero, jnp))
 
 
-@jax.jit
+@jit
 def marginal_effects_probit(result: ProbitResult, X, discrete, values=None):
     """Average marginal effects of each column on the class probabilities and the expected class.
 
@@ -628,7 +629,7 @@ def sample_class_probs(result: ProbitResult, X, key, *, n_draws: int = 200, link
     return _sample_class_probs(result, X, key, n_draws=n_draws)
 
 
-@partial(jax.jit, static_argnames=("n_draws",))
+@partial(jit, static_argnames=("n_draws",))
 def _sample_class_probs(result: ProbitResult, X, key, *, n_draws: int):
     link = result.config.link
     X = jnp.asarray(X, result.coef.dtype) - result.center
@@ -666,7 +667,7 @@ def class_prob_bands(result: ProbitResult, X, key, *, level: float = 0.95, n_dra
     return tuple(jnp.concatenate([o[i] for o in outs]) for i in range(3))
 
 
-@partial(jax.jit, static_argnames=("n_draws",))
+@partial(jit, static_argnames=("n_draws",))
 def _band_block(result, X, key, q, *, n_draws):
     """Quantiles ``q`` and sd of the class probabilities over posterior draws, one block."""
     draws = _sample_class_probs(result, X, key, n_draws=n_draws)

@@ -73,6 +73,7 @@ import numpy as np
 from jax import lax
 
 from ._basis import fit_kernel_map, kernel_matrix, transform_kernel_map
+from ._precision import jit
 from ._results import Prediction, result_type
 from ._sparse import PaddedRows, rmatvec, row_dots
 from ._status import Status
@@ -189,7 +190,7 @@ class RankPairsResult:
 # --------------------------------------------------------------------------- counting
 
 
-@partial(jax.jit, static_argnames=("n_ranks", "method", "ties_violate"))
+@partial(jit, static_argnames=("n_ranks", "method", "ties_violate"))
 def violation_counts(t, u, codes, weights, n_ranks: int, method: str = "auto", ties_violate: bool = False):
     """Weighted dominance counts over comparable pairs, without enumerating them.
 
@@ -283,7 +284,7 @@ def _pair_total(codes, weights, n_ranks):
     return jnp.sum(weights * below[codes])
 
 
-@partial(jax.jit, static_argnames=("n_ranks", "method"))
+@partial(jit, static_argnames=("n_ranks", "method"))
 def most_violated(scores, codes, weights, n_ranks: int, method: str = "auto", n_pairs=None):
     """Most violated constraint of Eq. (20) (Lemma 1), in the normalised form.
 
@@ -344,7 +345,7 @@ def swapped_pairs_rate(scores, codes, weights=None, n_ranks: int | None = None, 
     return _swapped_pairs_rate(scores, codes, weights, max(n_ranks, 2), method)
 
 
-@partial(jax.jit, static_argnames=("n_ranks", "method"))
+@partial(jit, static_argnames=("n_ranks", "method"))
 def _swapped_pairs_rate(scores, codes, weights, n_ranks, method):
     p, _ = violation_counts(scores, scores, codes, weights, n_ranks, method, ties_violate=True)
     total = _pair_total(codes, weights, n_ranks)
@@ -682,7 +683,7 @@ def _result(config, c, end, coef, basis, gamma, codes, weights):
     )
 
 
-@partial(jax.jit, static_argnames="config")
+@partial(jit, static_argnames="config")
 def fit_rankpairs_linear(X, codes, weights, C, eps, config: RankPairsConfig, pairs=None, pair_weights=None):
     """Linear swapped-pairs SVM (Eq. 9, Algorithm 1 with Algorithm 2's search).
 
@@ -723,7 +724,7 @@ def rbf_kernel(A, B, gamma):
     return kernel_matrix(A, B, gamma, "rbf")
 
 
-@partial(jax.jit, static_argnames="config")
+@partial(jit, static_argnames="config")
 def fit_rankpairs_kernel(X, codes, weights, C, gamma, eps, config: RankPairsConfig, pairs=None, pair_weights=None):
     """Exact Gaussian-kernel swapped-pairs SVM: forms the n × n Gram matrix (moderate n).
 
@@ -740,7 +741,7 @@ def fit_rankpairs_kernel(X, codes, weights, C, gamma, eps, config: RankPairsConf
     return res._replace(basis=X, gamma=gamma)
 
 
-@partial(jax.jit, static_argnames="config")
+@partial(jit, static_argnames="config")
 def fit_rankpairs_gram(K, codes, weights, C, eps, config: RankPairsConfig, pairs=None, pair_weights=None):
     """Swapped-pairs SVM on a precomputed PSD Gram matrix K (n, n) of any kernel.
 
@@ -760,7 +761,7 @@ def _fit_gram(K, codes, weights, C, eps, config, pairs, pair_weights):
     return _result(config, c, end, coef, None, None, codes, weights)
 
 
-@partial(jax.jit, static_argnames="config")
+@partial(jit, static_argnames="config")
 def fit_rankpairs_nystroem(X, codes, weights, C, gamma, eps, key, config: RankPairsConfig, pairs=None,
                            pair_weights=None):
     """Low-rank Gaussian-kernel swapped-pairs SVM (Nyström, ``config.n_components`` landmarks).

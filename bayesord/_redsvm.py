@@ -62,6 +62,7 @@ from jax import lax
 
 from ._basis import KernelMap, blocked_kernel_matrix, fit_kernel_map, transform_kernel_map
 from ._loops import jit_serial_cpu, permutation
+from ._precision import jit
 from ._results import Prediction, result_type
 from ._sparse import PaddedRows, rmatvec, row_dots, row_sq_norms
 from ._status import final_status
@@ -507,7 +508,7 @@ def predict_codes(h, theta, b):
     return jnp.sum(h[:, None] - theta[None, :] - b > 0, axis=1).astype(jnp.int32)
 
 
-@jax.jit
+@jit
 def _threshold_prediction(w, theta, b, X):
     h = row_dots(X, w)
     return Prediction(predict_codes(h, theta, b), h)

@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.sparse as sp
 
+from ._precision import full_precision
 from ._validation import floating_dtype
 
 __all__ = [
@@ -195,6 +196,7 @@ BLOCK_ENTRIES = 2**22
 """Largest number of gathered weights :func:`row_dots` holds at once for several vectors."""
 
 
+@full_precision
 def row_dots(X: Rows, w: jax.Array) -> jax.Array:
     """Row dot products X w: (n,) for w of shape (d,), (n, q) for W of shape (q, d) (X W').
 
@@ -218,6 +220,7 @@ def row_dots(X: Rows, w: jax.Array) -> jax.Array:
     return X @ w.T
 
 
+@full_precision
 def rmatvec(X: Rows, u: jax.Array) -> jax.Array:
     """X'u of shape (d,) for u of shape (n,): each row's values scattered into its columns."""
     if isinstance(X, PaddedRows):
@@ -233,6 +236,7 @@ def row_sq_norms(X: Rows) -> jax.Array:
     return jnp.sum(X * X, axis=1)
 
 
+@full_precision
 def row_dot(X: Rows, i, w: jax.Array) -> jax.Array:
     """w x_i for one row i: a scalar for w of shape (d,), (q,) for W of shape (q, d)."""
     if isinstance(X, PaddedRows):

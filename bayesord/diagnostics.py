@@ -44,6 +44,7 @@ from ._clm import CLMResult, _columns_of, _natural as _clm_natural
 from ._isbor import Action, ISBORResult, weight_cov
 from ._laplace import gap_space_gaussian
 from ._likelihood import LINKS, log_class_probs
+from ._precision import jit
 from ._probit import ProbitResult
 from ._results import check_settings
 from ._status import warn_user
@@ -337,7 +338,7 @@ def _observed_codes(y, classes):
     return codes
 
 
-@partial(jax.jit, static_argnums=(0, 1))
+@partial(jit, static_argnums=(0, 1))
 def _pointwise(log_probs, block, draws, fixed, X, y, keys):
     """Pointwise log-likelihood (S, n) and posterior-predictive classes (S, n)."""
 

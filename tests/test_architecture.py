@@ -20,7 +20,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "bayesord"
 LAYERS = {
     "core": {"_links", "_likelihood", "_linalg", "_loops", "_status", "_validation", "_progress",
              "_shapes", "_sparse", "_columns", "_basis", "_thresholds", "_compile_cache", "_splits",
-             "_results", "_registry", "_effects", "_mesh"},
+             "_results", "_registry", "_effects", "_mesh", "_precision"},
     "models": {"_laplace", "_probit", "_isbor", "_mixed", "_clm", "_npsvor", "_perceptron", "_rankpairs",
                "_redsvm", "_tor"},
     "tools": {"datasets", "metrics", "calibration", "uncertainty", "diagnostics", "io"},

@@ -26,6 +26,7 @@ from .._isbor import (
     sample_class_probs_isbor,
     weight_cov,
 )
+from .._precision import jit
 from .._progress import check_verbose, host_progress, prefix, show, solver_progress
 from .._shapes import bucket_rows, pad_rows
 from .._status import Status, check_status, warn_user
@@ -76,13 +77,13 @@ def _check_positive(value, name):
 
 # The solvers, one signature for both, as programs to store (``_SparseBayesOrdinal._solve``):
 # the tolerance is an input, so the CV fold fits and the final fit share one program.
-@partial(jax.jit, static_argnames=("config",))
+@partial(jit, static_argnames=("config",))
 def _isbor_solve(X, y, sw, cand, key, theta, min_delta, *, config):
     return fit_isbor(X, y, sw, cand, jnp.ones(cand.shape[0], bool), key, theta, config=config,
                      min_delta=min_delta)
 
 
-@partial(jax.jit, static_argnames=("config",))
+@partial(jit, static_argnames=("config",))
 def _sbor_solve(X, y, sw, cand, key, theta, min_delta, *, config):
     return fit_sbor(X, y, sw, cand, jnp.ones(cand.shape[0], bool), theta, config=config,
                     min_delta=min_delta)
@@ -103,7 +104,7 @@ def selection_rows(n, max_samples, rng, above=1.0):
 # 500 rows of bank8fm did not finish in 10 minutes batched, and takes 3.3 s in sequence.
 # Module-level and jitted on (solver, config), so later fits reuse the compiled program.
 
-@partial(jax.jit, static_argnames=("solver", "config"))
+@partial(jit, static_argnames=("solver", "config"))
 def _fit_widths(thetas, X, y, sw, cand, key, min_delta, *, solver, config):
     """``solver`` at every width of ``thetas`` (stacked results)."""
     return jax.lax.map(lambda t: solver(X, y, sw, cand, key, t, min_delta, config=config), thetas)
