@@ -2,6 +2,8 @@
 
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -22,9 +24,9 @@ from bayesord._compile_cache import QUICK_OPTIONS  # noqa: E402
 # (scikit-learn's checks of ISBOR alone compile for about 10); with the same options as the
 # default run it also loads the programs that run compiled into the shared cache.
 # XLA_FLAGS set by the caller are left alone (set `--xla_cpu_multi_thread_eigen=false` alone
-# to test as a user's session compiles).
-_FAST_COMPILE_XLA_FLAGS = " ".join([_EIGEN_OPTION] + [f"--{name}={str(value).lower()}"
-                                                          for name, value in QUICK_OPTIONS.items()])
+# to test as a user's session compiles).  Flags this JAX does not know are dropped, and on an
+# accelerator none is set (_flags_for_cpu).
+_FAST_COMPILE_XLA_FLAGS = [_EIGEN_OPTION] + [f"--{name}={str(value).lower()}" for name, value in QUICK_OPTIONS.items()]
 # Each test run compiles into a new, empty cache folder of its own (or the one that
 # BAYESORD_COMPILE_CACHE names, as .ci/run does for both suites), made here in the main
 # process before pytest-xdist starts its workers, so a program compiled by one worker or
@@ -69,11 +71,37 @@ def _fresh_jit_caches():
     jax.clear_caches()
 
 
+def _flags_for_cpu(flags):
+    """The flags of ``flags`` (a list) that XLA:CPU accepts, or none on an accelerator.
+
+    XLA aborts a process on a flag it does not know (jax 0.11.2 no longer knows
+    ``--xla_cpu_use_fusion_emitters``: every test worker crashed on start), so the flags are
+    tried in a new process first, together and then one by one.  Where JAX runs on an
+    accelerator (a GPU plugin) none is used: they tune XLA:CPU alone.
+    """
+    probe = "import jax; jax.jit(lambda x: x + 1)(1.0); print(jax.default_backend())"
+
+    def backend(tried):
+        try:
+            done = subprocess.run([sys.executable, "-c", probe], env={**os.environ, "XLA_FLAGS": " ".join(tried)},
+                                  capture_output=True, text=True, timeout=120)
+        except subprocess.TimeoutExpired:
+            return None
+        return done.stdout.split()[-1] if done.returncode == 0 and done.stdout.split() else None
+
+    found = backend(flags)
+    if found == "cpu":
+        return flags
+    if found is not None:
+        return []
+    return [flag for flag in flags if backend([flag]) == "cpu"]
+
+
 def pytest_configure(config):
     """Choose the compile flags before anything compiles (and before pytest-xdist starts its
     workers, which inherit them)."""
-    if not _CALLER_XLA_FLAGS:
-        os.environ["XLA_FLAGS"] = _FAST_COMPILE_XLA_FLAGS
+    if not _CALLER_XLA_FLAGS and "PYTEST_XDIST_WORKER" not in os.environ:
+        os.environ["XLA_FLAGS"] = " ".join(_flags_for_cpu(_FAST_COMPILE_XLA_FLAGS))
 
 
 def pytest_unconfigure(config):
