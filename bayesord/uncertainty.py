@@ -84,9 +84,13 @@ def check_alpha(alpha) -> np.ndarray:
     """``alpha`` as a 1-D float array with every entry in (0, 1).
 
     Raises:
+        TypeError: ``alpha`` holds something other than numbers (a bool, a string).
         ValueError: an entry outside (0, 1), not finite, or an empty or >1-D ``alpha``.
     """
-    arr = np.asarray(alpha, dtype=np.float64)
+    given = np.asarray(alpha)
+    if given.dtype.kind not in "iuf":
+        raise TypeError(f"alpha must be a number or a 1-D sequence of numbers in (0, 1), got {alpha!r}")
+    arr = given.astype(np.float64)
     if arr.ndim > 1 or arr.size == 0:
         raise ValueError(f"alpha must be a number or a 1-D sequence of numbers, got shape {arr.shape}")
     arr = np.atleast_1d(arr)

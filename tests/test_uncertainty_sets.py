@@ -99,6 +99,13 @@ def test_alpha_outside_the_open_unit_interval_is_refused(alpha):
         check_alpha(alpha)
 
 
+@pytest.mark.parametrize("alpha", [True, "0.1", [0.1, "0.2"], None])
+def test_alpha_that_is_not_a_number_is_refused_not_converted(alpha):
+    """True would otherwise be read as 1.0 and "0.1" as 0.1."""
+    with pytest.raises(TypeError, match="alpha must be a number"):
+        check_alpha(alpha)
+
+
 @pytest.mark.parametrize("score", ["aps", "cdf"])
 @pytest.mark.parametrize("alpha", [0.05, 0.1, 0.2])
 def test_split_conformal_coverage_lies_in_its_guaranteed_band(score, alpha):
