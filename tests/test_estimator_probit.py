@@ -55,6 +55,14 @@ def test_ordered_categorical_and_dataframe_input():
                         (frame[["u", "u", "w"]], r"missing \['v'\]; repeated \['u'\]")]:
         with pytest.raises(ValueError, match="different feature names than the data the model was fitted on: " + what):
             model.predict(wrong)
+    # NumPy rows after a frame: taken in the fitted order, with scikit-learn's warning
+    with pytest.warns(UserWarning, match=r"X does not have valid feature names, but OrdinalProbit was fitted "
+                                         r"with feature names; its columns are taken to be \['u', 'v', 'w'\]"):
+        from_array = model.predict_proba(X0)
+    np.testing.assert_array_equal(from_array, model.predict_proba(frame))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        joint().fit(X0, y).predict_proba(X0)  # fitted without names: nothing to say
 
 
 @pytest.mark.slow

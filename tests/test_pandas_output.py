@@ -54,7 +54,8 @@ def test_probit_predictions_are_labelled_frames_with_the_same_values(data):
     model.calibrate(X, y, cv=3)
     # NumPy rows get 0..n-1; "default" switches back; a clone keeps the setting, as
     # scikit-learn's clone keeps its own estimators' set_output.
-    assert model.predict_proba(rows.to_numpy()).index.equals(pd.RangeIndex(4))
+    with pytest.warns(UserWarning, match="X does not have valid feature names"):
+        assert model.predict_proba(rows.to_numpy()).index.equals(pd.RangeIndex(4))
     assert isinstance(clone(model).fit(X, y).predict(rows), pd.Series)
     assert isinstance(model.set_output(transform="default").predict(rows), np.ndarray)
 

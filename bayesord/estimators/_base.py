@@ -497,6 +497,10 @@ class OrdinalEstimator(ParamsMixin):
         fitted_names = getattr(self, "feature_names_in_", None)
         if fitted_names is not None and getattr(X, "columns", None) is not None:
             _check_feature_names([str(c) for c in X.columns], [str(c) for c in fitted_names])
+        elif fitted_names is not None and spec is None:
+            # scikit-learn's wording: its users know it, and filter it by this message
+            warn_user(f"X does not have valid feature names, but {type(self).__name__} was fitted with "
+                      f"feature names; its columns are taken to be {list(fitted_names)} in that order")
         X, _ = check_X(X, accept_sparse=self._accept_sparse, n_features=self.n_features_in_,
                        min_features=self._min_features, model=type(self).__name__)
         center = getattr(self, "input_center_", None)
