@@ -174,6 +174,11 @@ class BootstrapMixin(UncertaintyMixin):
     def to_inference_data(self):
         """The bootstrap draws as an ArviZ ``InferenceData`` (one chain of ``n_draws``).
 
+        The draws are independent, not a Markov chain: read them with
+        ``az.summary(idata, kind="stats")`` (means, sds, intervals).  ArviZ's convergence
+        diagnostics do not apply, and warn (``RuntimeWarning``) on a parameter that is the
+        same in every draw.
+
         Raises:
             ValueError: ``bootstrap`` has not been run.
         """
