@@ -334,7 +334,10 @@ def fit_ordinal_mixed(X, y, groups, *, classes, group_levels, sample_weight=None
     res = restore_offsets(_replicated(program(Xs, ys, gs, ws, solver_tol(model.tol, dtype), config=config)), offsets,
                           mixed_parameters_at)
     binary = _adopt(model, res.status, "distributed.fit_ordinal_mixed", classes_, X, names)
-    return model._finish_fit(res, levels if several else levels[0], binary, factors)
+    model._finish_fit(res, levels if several else levels[0], binary, factors)
+    if jax.process_index() == 0:  # one process reports for all
+        model._warn_if_singular()
+    return model
 
 
 def map_sharded(fn, *batched, mesh: Mesh | None = None, axis: str = "rows", vmap: bool = True):

@@ -429,3 +429,14 @@ def test_two_processes_fit_what_one_process_fits(tmp_path):
     with jax.enable_x64(False):
         near = OrdinalProbit().fit(X, y).predict_proba(X[:20])
     np.testing.assert_allclose(results[0]["far_proba"], near, atol=1e-4)
+
+
+def test_a_singular_sharded_mixed_fit_warns_as_the_estimator_does():
+    """Ratings with no group effect: the group sd is fitted at 0, and the sharded fit says so
+    in the estimator's words (lme4's 'boundary (singular) fit')."""
+    rng = np.random.default_rng(0)
+    g, x = rng.integers(0, 20, 401), rng.normal(size=(401, 1))
+    y = np.digitize(x[:, 0] + rng.normal(size=401), [-1, 0, 1])
+    with pytest.warns(UserWarning, match=r"singular fit.*: sd\(group\) = [0-9.e-]+\.  The data"):
+        model = distributed.fit_ordinal_mixed(x, y, g, classes=[0, 1, 2, 3], group_levels=list(range(20)))
+    assert model.group_sd_ < 1e-6

@@ -357,6 +357,11 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
                 "Drop or merge the columns or levels that separate the classes")):
             check_status(res.status, "OrdinalMixed.fit")
         self._finish_fit(res, levels if several else levels[0], binary_columns(X), factors)
+        self._warn_if_singular()
+        return self
+
+    def _warn_if_singular(self):
+        """Warn when the fit is singular (:meth:`_singular_terms`), naming the terms."""
         boundary = self._singular_terms()
         if boundary:
             warn_user(f"OrdinalMixed: a singular fit, at the boundary of the group effects' covariance "
@@ -364,7 +369,6 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
                       "these group effects apart from none; a simpler group term (without the slope, or "
                       "without the factor) fits about as well, and the intervals of the sds and correlations "
                       "at the boundary do not hold.")
-        return self
 
     def _singular_terms(self, tol=1e-4):
         """The group effects at the boundary of their covariance, described, or [].
