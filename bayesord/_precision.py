@@ -2,16 +2,16 @@
 
 JAX lets an accelerator compute a float32 dot product in reduced precision unless told
 otherwise: TF32 (a 10-bit mantissa, relative error about 1e-3) on NVIDIA GPUs since Ampere,
-bfloat16 passes on TPUs (https://docs.jax.dev/en/latest/201/precision.html).  The models'
-Newton steps, Laplace covariances and evidence terms are built from such products
-(``Xᵀ r``, ``Xᵀ D X``, kernel Gram blocks): errors of 1e-3 in a gradient and a Hessian
-leave a Newton solve that asks for float32's 1e-5 short of it, and move the reported
-uncertainty.  (On an H200 with jax
-0.11.2, two float32 tests that pass on CPUs failed: sparse products against SciPy and a
-float32 ISBOR Newton solve; TF32 fits both, though that run did not show the errors.)  Every
-compiled function of the library, and the row products of :mod:`bayesord._sparse` called
-on their own, are therefore traced with ``jax.default_matmul_precision("highest")``: full
-float32 products, which on CPUs, and for float64 anywhere, is what XLA computes anyway.
+bfloat16 passes on TPUs (https://docs.jax.dev/en/latest/201/precision.html). The models'
+Newton steps, Laplace covariances and evidence terms are built from such products (``Xᵀ r``,
+``Xᵀ D X``, kernel Gram blocks): errors of 1e-3 in a gradient and a Hessian leave a Newton
+solve that asks for float32's 1e-5 short of it, and move the reported uncertainty. (On an
+H200 with jax 0.11.2, two float32 tests that pass on CPUs failed: sparse products against
+SciPy and a float32 ISBOR Newton solve; TF32 fits both, though that run did not show the
+errors.) Every compiled function of the library, and the row products of
+:mod:`bayesord._sparse` called on their own, are therefore traced with
+``jax.default_matmul_precision("highest")``: full float32 products, which on CPUs, and for
+float64 anywhere, is what XLA computes anyway.
 """
 
 from __future__ import annotations
