@@ -48,6 +48,8 @@ __all__ = [
     "rps",
     "ordinal_log_loss",
     "ece",
+    "neg_log_loss_scorer",
+    "neg_rps_scorer",
 ]
 
 
@@ -536,3 +538,35 @@ def ece(
     cum = np.clip(np.cumsum(p, axis=1)[:, :-1], 0.0, 1.0)
     gaps = [_binned_gap(cum[:, k], y <= k, int(n_bins)) for k in range(p.shape[1] - 1)]
     return float(np.mean(gaps))
+
+
+# ----------------------------------------------------------------------------- scorers
+
+
+def neg_log_loss_scorer(estimator, X, y, sample_weight=None) -> float:
+    """A scikit-learn scorer: minus :func:`ordinal_log_loss` of ``estimator.predict_proba(X)``,
+    its columns read as ``estimator.classes_``.
+
+    ``cross_val_score(model, X, y, scoring=neg_log_loss_scorer)``.  scikit-learn's own
+    ``scoring="neg_log_loss"`` reads the columns as the labels in sorted order, which is
+    right for labels whose sorted order is their order (numbers) and wrong for string or
+    categorical labels in another order (``["low", "mid", "high"]``); the models warn when
+    they are scored that way.
+
+    Example:
+        >>> import numpy as np
+        >>> from bayesord import OrdinalProbit
+        >>> X = np.arange(8.0)[:, None]
+        >>> y = np.array(["low", "low", "mid", "low", "high", "mid", "high", "high"])
+        >>> model = OrdinalProbit(classes=["low", "mid", "high"]).fit(X, y)
+        >>> bool(neg_log_loss_scorer(model, X, y) < 0)
+        True
+    """
+    return -ordinal_log_loss(y, np.asarray(estimator.predict_proba(X)), classes=estimator.classes_,
+                             sample_weight=sample_weight)
+
+
+def neg_rps_scorer(estimator, X, y, sample_weight=None) -> float:
+    """A scikit-learn scorer: minus :func:`rps` (the ranked probability score) of
+    ``estimator.predict_proba(X)``, its columns read as ``estimator.classes_``."""
+    return -rps(y, np.asarray(estimator.predict_proba(X)), classes=estimator.classes_, sample_weight=sample_weight)

@@ -1,5 +1,7 @@
 """bayesord.metrics against independent references: scikit-learn, SciPy, brute force."""
 
+import warnings
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -15,7 +17,9 @@ from sklearn.metrics import (
     mean_squared_error,
     roc_auc_score,
 )
+from sklearn.model_selection import KFold, cross_val_score
 
+from bayesord import OrdinalProbit
 from bayesord import metrics as M
 
 
@@ -297,3 +301,30 @@ def test_ece_small_for_calibrated_predictions():
     assert M.ece(y, shuffled, cumulative=True) > 0.05
     with pytest.raises(ValueError, match="n_bins"):
         M.ece(y, p, n_bins=0)
+
+
+def test_scorers_read_the_columns_as_the_model_orders_its_classes():
+    """scikit-learn's 'neg_log_loss' reads predict_proba's columns in sorted label order:
+    right for labels 0..K-1, wrong for ["low", "mid", "high"] (sorted: high, low, mid).
+    The library's scorers equal scikit-learn's on the integer-coded labels, and the model
+    warns when scikit-learn's scorer reads it in the wrong order."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(150, 2))
+    codes = np.digitize(X @ [1.0, -0.5] + rng.normal(size=150), [-0.7, 0.7])
+    names = np.array(["low", "mid", "high"])[codes]
+    cv = KFold(3, shuffle=True, random_state=0)
+    reference = cross_val_score(OrdinalProbit(), X, codes, cv=cv, scoring="neg_log_loss")
+    named = OrdinalProbit(classes=["low", "mid", "high"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the library's scorer reads classes_: nothing to say
+        ours = cross_val_score(named, X, names, cv=cv, scoring=M.neg_log_loss_scorer)
+    np.testing.assert_allclose(ours, reference, rtol=1e-9)
+    np.testing.assert_allclose(cross_val_score(OrdinalProbit(), X, codes, cv=cv, scoring=M.neg_log_loss_scorer),
+                               reference, rtol=1e-12)
+    with pytest.warns(UserWarning, match=r"columns as the classes in sorted order, but .* classes_ = "
+                                         r"\['low', 'mid', 'high'\]"):
+        misread = cross_val_score(named, X, names, cv=cv, scoring="neg_log_loss")
+    assert np.all(misread < reference - 0.05)  # what the warning is about
+    model = named.fit(X, names)
+    np.testing.assert_allclose(-M.neg_rps_scorer(model, X, names),
+                               M.rps(codes, model.predict_proba(X)), rtol=1e-12)

@@ -1030,6 +1030,8 @@ def _labelled_output(method, kind):
     @functools.wraps(method)
     def wrapper(self, X, *args, **kwargs):
         out = method(self, X, *args, **kwargs)
+        if kind == "proba":
+            _warn_if_scored_in_sorted_order(self, sys._getframe(1))
         if getattr(self, "_output", "default") != "pandas":
             return out
         caller = sys._getframe(1).f_globals.get("__name__", "")
@@ -1040,6 +1042,37 @@ def _labelled_output(method, kind):
 
     wrapper._labelled_output = True
     return wrapper
+
+
+def _warn_if_scored_in_sorted_order(est, frame, depth=4):
+    """Warn when scikit-learn's scorer reads ``predict_proba`` of a model whose classes are
+    not in sorted order.
+
+    Its probability scores (``"neg_log_loss"``, ``"roc_auc_ovr"``, ...) take the columns to
+    be the labels in sorted order, as scikit-learn's own classifiers keep ``classes_``; these
+    models keep their ordinal order (``["low", "mid", "high"]``), so such a score is computed
+    on the wrong columns.  ``frame`` is predict_proba's caller; the scorer is looked for in
+    it and the ``depth - 1`` frames above it, up to the first of the library's own (its
+    scorers, :func:`bayesord.metrics.neg_log_loss_scorer`, read ``classes_``).
+    """
+    classes = np.asarray(est.classes_)
+    try:
+        if np.array_equal(np.unique(classes), classes):
+            return
+    except TypeError:  # labels that cannot be sorted together: any order is misread
+        pass
+    for _ in range(depth):
+        module = "" if frame is None else frame.f_globals.get("__name__", "")
+        if frame is None or module == "bayesord" or module.startswith("bayesord."):
+            return  # the library's own scorers read classes_
+        if module == "sklearn.metrics._scorer":
+            warn_user(f"scikit-learn's scorer reads {type(est).__name__}.predict_proba's columns as the classes in "
+                      f"sorted order, but they are in the model's order, classes_ = {classes.tolist()}: a "
+                      "probability score such as 'neg_log_loss' is computed on the wrong columns.  Pass "
+                      "scoring=bayesord.metrics.neg_log_loss_scorer (or neg_rps_scorer), which reads classes_, or "
+                      "labels whose sorted order is their order")
+            return
+        frame = frame.f_back
 
 
 def _as_pandas(est, kind, out, X, alpha):
