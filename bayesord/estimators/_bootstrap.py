@@ -90,7 +90,9 @@ class BootstrapMixin(UncertaintyMixin):
             X: (n, d) training features, as for ``fit``.
             y: (n,) training labels.
             n_draws: number of refits, at least 2.
-            random_state: seed of the weights.
+            random_state: seed of the weights (an int, a ``Generator`` or a
+                ``RandomState``); None reads the estimator's ``random_state``, whose None is
+                the seed 0, so the draws repeat, as the fit does.
 
         Returns:
             self.
@@ -114,7 +116,10 @@ class BootstrapMixin(UncertaintyMixin):
         labels = np.asarray(self.classes_)[codes]
         X = self._copy_rows(X)  # a formula's coding and the input transform, as the fit's
         n = codes.shape[0]
-        weights = n * np.random.default_rng(random_state).dirichlet(np.ones(n), size=int(n_draws))
+        source = getattr(self, "random_state", None) if random_state is None else random_state
+        rng = source if isinstance(source, np.random.RandomState) else np.random.default_rng(
+            0 if source is None else source)
+        weights = n * rng.dirichlet(np.ones(n), size=int(n_draws))
         models = self._weighted_refits(X, labels, weights)
         draws = {p: [np.asarray(getattr(model, p), dtype=np.float64) for model in models]
                  for p in self._bootstrap_params}
