@@ -20,6 +20,7 @@ import pytest
 from scipy.optimize import minimize_scalar
 from scipy.special import roots_hermitenorm
 from scipy.stats import norm
+from sklearn.exceptions import ConvergenceWarning
 
 import jax
 import jax.numpy as jnp
@@ -723,3 +724,12 @@ def test_arviz_export_of_slopes_and_crossed_factors_names_every_term(datasets_di
     assert np.all(post["sd"].values >= 0) and np.all(np.abs(post["corr"].values) <= 1)
     with pytest.raises(ValueError, match="draws must be a positive integer"):
         model.to_inference_data(draws=0)
+
+
+def test_fixed_effects_the_data_do_not_determine_are_named(datasets_dir):
+    """A copy of a column (here what 'y ~ .' would bring in) gave coefficient sds of 1e6
+    with converged_ True and no word; the warning names the columns, as CumulativeLinkModel's."""
+    wine = _grouped(datasets_dir, "wine").assign(temp_again=lambda d: d["temp"])
+    with pytest.warns(ConvergenceWarning, match=r"OrdinalMixed.fit: columns that are linearly dependent.*"
+                                                r"temp_again.*Drop one column of each group, or fit fewer"):
+        OrdinalMixed.from_formula("rating ~ temp + temp_again + contact + (1 | judge)", wine, link="logit")

@@ -764,12 +764,13 @@ def singular_hessian(cov) -> str | None:
     return f"its parameters' correlations have an eigenvalue ratio of {ratio}"
 
 
-def warn_if_undetermined(est, cov, X, sw, remedy) -> None:
+def warn_if_undetermined(est, cov, X, sw, remedy, prior_remedy="give alpha > 0") -> None:
     """After a maximum-likelihood fit of ``est`` on rows ``X`` with weights ``sw``: warn
     (``ConvergenceWarning``) when :func:`singular_hessian` finds its Hessian singular, naming
     the dependent columns when there are any and otherwise saying that the classes are
     separated and the estimate does not exist.  ``remedy`` ends the message (what to give
-    instead, after "give alpha > 0, or ...")."""
+    instead, after "give alpha > 0, or ..."; ``prior_remedy=None`` for a model without a
+    penalty)."""
     singular = singular_hessian(cov)
     if singular is None:
         return
@@ -777,15 +778,20 @@ def warn_if_undetermined(est, cov, X, sw, remedy) -> None:
     if dependent:
         problem = (f"{dependent}. Their coefficients are not determined by the data (the Hessian is "
                    f"numerically singular: {singular}), so their estimates, sds and p-values mean nothing; "
-                   "predictions are nearly unaffected. Drop one column of each group, give alpha > 0")
+                   "predictions are nearly unaffected. Drop one column of each group")
     else:
         problem = (f"the Hessian is numerically singular ({singular}) although no columns are linearly "
                    "dependent: most likely a combination of columns separates the classes, so the likelihood "
                    "rises without bound along it and the maximum-likelihood estimate does not exist (or the "
                    f"{np.shape(cov)[0]} parameters are too many for the {int(np.count_nonzero(sw))} rows). "
                    "The estimates along it, their sds and p-values mean nothing, and probabilities near 0 or "
-                   "1 are overconfident. Give alpha > 0")
-    warn_user(f"{type(est).__name__}.fit: {problem}, or {remedy}", convergence_warning())
+                   "1 are overconfident")
+    if dependent:
+        advice = f"{f', {prior_remedy}' if prior_remedy else ''}, or {remedy}"
+    else:
+        hints = f"{prior_remedy}, or {remedy}" if prior_remedy else remedy
+        advice = f". {hints[0].upper()}{hints[1:]}"
+    warn_user(f"{type(est).__name__}.fit: {problem}{advice}", convergence_warning())
 
 
 def classes_separated(X, codes, sw, n_classes) -> bool:

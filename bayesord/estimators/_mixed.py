@@ -47,6 +47,7 @@ from ._base import (
     solver_tol,
     threshold_names,
     warn_if_separated,
+    warn_if_undetermined,
 )
 from ._formula import check_formula_data, design_matrix, group_columns, predictors, slope_columns, split_formula
 from ._uncertainty import UncertaintyMixin
@@ -356,6 +357,10 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
                 self, X, codes, sw, float(res.loglik), int(res.status) == Status.MAX_ITER,
                 "Drop or merge the columns or levels that separate the classes")):
             check_status(res.status, "OrdinalMixed.fit")
+            fixed = X.shape[1] + len(self.classes_) - 1  # beta_z and the thresholds lead eta
+            warn_if_undetermined(self, res.eta_cov[:fixed, :fixed], X, sw,
+                                 "fit fewer fixed-effect columns (a column of group labels among them, as "
+                                 "'y ~ .' brings in, repeats the group effects)", prior_remedy=None)
         self._finish_fit(res, levels if several else levels[0], binary_columns(X), factors)
         self._warn_if_singular()
         return self
