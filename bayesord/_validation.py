@@ -276,7 +276,10 @@ def dependent_columns(X, weights, names=None) -> str | None:
     Xk, wk = X[keep], w[keep] / np.sum(w[keep])
     centred = Xk - wk @ Xk
     sd = np.sqrt(wk @ centred**2)
-    Z = np.sqrt(wk)[:, None] * centred / np.where(sd > 0, sd, 1.0)
+    # A constant column's centred values are rounding residue (an sd near 1e-16 of its
+    # values, 0 only when they are 0): scaled up, they would pass for a column of its own.
+    constant = sd <= 1e-12 * np.max(np.abs(Xk), axis=0, initial=0.0)
+    Z = np.sqrt(wk)[:, None] * np.where(constant, 0.0, centred) / np.where(sd > 0, sd, 1.0)
     _, sv, vt = np.linalg.svd(Z, full_matrices=True)
     sv = np.concatenate([sv, np.zeros(vt.shape[0] - sv.size)])
     null = vt[sv <= 1e-9 * max(sv.max(), np.finfo(float).tiny)]

@@ -24,6 +24,7 @@ import jax
 
 from bayesord import CumulativeLinkModel, OrdinalMixed, OrdinalProbit, ThresholdCrossingWarning, load_model
 from bayesord._clm import CLMConfig, _plugin_proba, _standardised, clm_columns, fit_clm, sample_class_probs_clm
+from bayesord._validation import dependent_columns
 from sklearn.exceptions import ConvergenceWarning
 
 # ---------------------------------------------------------------- R references
@@ -361,6 +362,17 @@ def test_dependent_columns_warn_by_name_and_leave_predictions_unchanged():
     X_aliased = X.assign(copy=3.0 * X["x0"] + 1.0)
     np.testing.assert_array_equal(aliased.predict(X_aliased), plain.predict(X))
     np.testing.assert_allclose(aliased.predict_proba(X_aliased), plain.predict_proba(X), atol=1e-3)
+
+
+@pytest.mark.parametrize("value", [0.0, 1.0, 5.0, 1e4])
+def test_a_constant_column_is_named_whatever_its_value(value):
+    """Centred, a constant column is rounding residue (not 0 unless the column is); scaled
+    by its residue sd it passed for a column of its own, and the warning said the classes
+    were separated instead of naming it (a user's column of 5.0)."""
+    X = np.column_stack([np.random.default_rng(0).normal(size=(500, 2)), np.full(500, value)])
+    found = dependent_columns(X, np.random.default_rng(1).uniform(0.5, 2.0, 500), ["a", "b", "k"])
+    assert found is not None and found.endswith("['k']")
+    assert dependent_columns(X[:, :2], np.ones(500), ["a", "b"]) is None
 
 
 def test_separated_classes_warn_that_the_estimate_does_not_exist():
