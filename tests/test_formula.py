@@ -73,9 +73,12 @@ def test_margin_models_from_a_formula_are_fits_on_the_coded_standardised_columns
     np.testing.assert_array_equal(model.predict(new), reference.predict(((coded - center) / scale).to_numpy()))
     model.save(tmp_path / "m.npz")
     np.testing.assert_array_equal(load_model(tmp_path / "m.npz").predict(new), model.predict(new))
-    # A plain refit drops the formula's coding (and the fit its transform): arrays again.
+    # A plain refit drops the formula's coding (and the fit its transform): arrays again, and
+    # it says so (the user may have meant the DataFrame).
     standardised = ((coded - center) / scale).to_numpy()
-    model.fit(standardised, frame["y"])
+    with pytest.warns(UserWarning, match=r"made by from_formula\('y ~ \.'\); fitted on ndarray rather than a "
+                                         r"DataFrame it becomes a model of those columns as they are"):
+        model.fit(standardised, frame["y"])
     np.testing.assert_array_equal(model.predict(standardised), reference.predict(standardised))
 
 

@@ -302,7 +302,7 @@ class OrdinalEstimator(ParamsMixin):
         formula's columns in every prediction method, codes them as the fit did, and saves
         that coding with itself.  Its ``fit`` on a DataFrame, and its clones' (scikit-learn's
         ``cross_val_score``, ``GridSearchCV``), fit the formula to that frame, the response
-        from ``y`` when given; a ``fit`` on arrays makes a model of arrays.
+        from ``y`` when given; a ``fit`` on arrays makes a model of arrays, with a warning.
 
         Args:
             formula: ``"response ~ terms"``; ``.`` is every other column.
@@ -995,6 +995,9 @@ def fresh_fit(fit):
             X = args[0] if args else kwargs.get("X")
             if type(X).__name__ == "DataFrame":
                 return self._refit_from_formula(X, *args[1:], **{k: v for k, v in kwargs.items() if k != "X"})
+            warn_user(f"{type(self).__name__} was made by from_formula({self._formula_call['formula']!r}); fitted "
+                      f"on {type(X).__name__} rather than a DataFrame it becomes a model of those columns as "
+                      "they are, without the formula: pass the DataFrame to fit the formula again")
             del self._formula_call  # a fit on arrays makes a model of arrays
         reset_fitted(self)
         arguments = signature.bind(self, *args, **kwargs).arguments
