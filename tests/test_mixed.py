@@ -140,7 +140,9 @@ def test_formula_predictions_for_known_and_new_groups(wine_logit, datasets_dir, 
     np.testing.assert_allclose(wine_logit.predict_proba(rows, groups=[100, 101]), new)
     lo, hi, sd = wine_logit.predict_proba_interval(rows)
     assert np.all((lo <= known + 1e-12) & (known <= hi + 1e-12)) and np.all(sd > 0)
-    with pytest.raises(ValueError, match="category the model was not fitted with"):
+    # Named as the saved model names it: the column, its unseen levels, the fitted ones.
+    unseen = r"category the model was not fitted with \(column 'temp': \['hot'\]; fitted levels \['cold', 'warm'\]\)"
+    with pytest.raises(ValueError, match=unseen):
         wine_logit.predict_proba(rows.assign(temp="hot"))
     with pytest.raises(TypeError, match="formula"):
         wine_logit.predict_proba(rows[["temp"]].to_numpy())
@@ -153,7 +155,7 @@ def test_formula_predictions_for_known_and_new_groups(wine_logit, datasets_dir, 
     np.testing.assert_array_equal(loaded.predict_proba(rows), known)
     np.testing.assert_array_equal(loaded.predict_proba(rows.assign(judge=[100, 101])), new)
     assert loaded.formula_ == wine_logit.formula_ and loaded.summary().equals(wine_logit.summary())
-    with pytest.raises(ValueError, match="category the model was not fitted with"):
+    with pytest.raises(ValueError, match=unseen):
         loaded.predict_proba(rows.assign(temp="hot"))
 
 

@@ -298,13 +298,32 @@ def design_matrix(spec_or_formula, data):
     except ValueError as err:
         _refuse_missing(err, data)
     except Warning as err:
-        raise ValueError(f"the data have a category the model was not fitted with ({err})") from None
+        found = _unseen_levels(spec_or_formula, data)
+        raise ValueError(found or f"the data have a category the model was not fitted with ({err})") from None
     if "Intercept" not in mm.columns:
         raise ValueError("keep the intercept in an ordinal formula (no '- 1' or '+ 0'): the "
                          "thresholds take its place, and without it a categorical term is coded "
                          "with one column too many")
     spec = spec_or_formula if isinstance(spec_or_formula, SavedCoding) else mm.model_spec
     return mm.drop(columns="Intercept"), spec
+
+
+def _unseen_levels(spec, data):
+    """The sentence naming a text column of ``data`` with a level that the fitted coding
+    ``spec`` (a ``ModelSpec``) has not seen, its unseen levels and the fitted ones, or None."""
+    for factor, (kind, state) in getattr(spec, "encoder_state", {}).items():
+        if getattr(kind, "value", kind) != "categorical":
+            continue
+        match = _PLAIN_FACTOR.fullmatch(str(factor))
+        name = str(factor) if match is None else match.group(1) or match.group(2)
+        if name not in data.columns:
+            continue
+        levels = [v.item() if hasattr(v, "item") else v for v in state["categories"]]
+        unseen = sorted(set(data[name].dropna().tolist()) - set(levels), key=str)
+        if unseen:
+            return (f"the data have a category the model was not fitted with (column {name!r}: {unseen[:5]}; "
+                    f"fitted levels {levels})")
+    return None
 
 
 def formula_rows(spec, data):
