@@ -48,6 +48,7 @@ import contextlib
 import gc
 import importlib
 import os
+import re
 import sys
 import tempfile
 import time
@@ -417,6 +418,10 @@ def _fit_formula(args) -> int:
     if args.unlabeled is not None and args.model != "tor":
         raise ValueError(f"--unlabeled applies to --model tor, not {args.model}")
     frame = _feature_frame(args.data, None, None, "DATA")
+    if re.search(r"~.*(^|[\s+~])\.($|[\s+-])", args.formula):  # "y ~ ." takes every column
+        from .datasets import warn_if_unnamed_columns
+
+        warn_if_unnamed_columns(frame.columns, Path(args.data).name)
     calibration = _calibration_rows(args, None)
     unlabeled = None if args.unlabeled is None else _feature_frame(args.unlabeled, None, None, "--unlabeled")
     out = _output_path(args.out, "--out", {"DATA": args.data, "--unlabeled": args.unlabeled,

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
+import warnings
 from pathlib import Path
 from typing import NamedTuple
 
@@ -31,6 +33,7 @@ __all__ = [
     "Dataset",
     "OrdinalTruth",
     "load_csv",
+    "warn_if_unnamed_columns",
     "load_libsvm",
     "load_shared",
     "equal_width_bins",
@@ -102,6 +105,18 @@ def _separator_hint(columns) -> str:
     return ""
 
 
+def warn_if_unnamed_columns(columns, source) -> None:
+    """Warn when feature ``columns`` include one without a name in the file's header, which
+    pandas reads as ``"Unnamed: 0"``: most often a DataFrame's index saved by ``to_csv``
+    without ``index=False``, a row number that a model would take as a feature (and one
+    that leaks the labels when the rows were sorted by them)."""
+    unnamed = [str(c) for c in columns if re.fullmatch(r"Unnamed: \d+", str(c))]
+    if unnamed:
+        warnings.warn(f"{source}: column(s) {unnamed} have no name in the header, as a saved DataFrame index "
+                      "has (to_csv without index=False); they are used as features. Drop them, or save the file "
+                      "with index=False", UserWarning, stacklevel=3)
+
+
 def load_csv(path, target: str = "y", dtype=np.float64):
     """Load a CSV file (plain or gzip-compressed) with one header row.
 
@@ -120,6 +135,10 @@ def load_csv(path, target: str = "y", dtype=np.float64):
         FileNotFoundError: no such file.
         ValueError: an empty file, no column named ``target``, no feature column, no rows, a missing
             (empty/NaN) or infinite value anywhere.
+
+    Warns:
+        UserWarning: a feature column without a name in the header (a saved DataFrame
+            index, :func:`warn_if_unnamed_columns`).
         TypeError: a feature column that is not numeric (its name is given), or a
             non-float ``dtype``.
 
@@ -147,6 +166,7 @@ def load_csv(path, target: str = "y", dtype=np.float64):
     features = [c for c in frame.columns if str(c) != target]
     if not features:
         raise ValueError(f"{path.name} has no feature columns besides {target!r}")
+    warn_if_unnamed_columns(features, path.name)
     missing = frame.isna().to_numpy()
     if missing.any():
         raise ValueError(missing_cells_message(missing, columns, path.name))

@@ -128,6 +128,18 @@ def test_fit_with_a_text_column_points_to_the_formula(tmp_path, capsys):
     assert "['region'] are not numeric" in err and '--formula "grade ~ ."' in err
 
 
+def test_a_formula_over_every_column_warns_of_a_saved_index(tmp_path, capsys):
+    """'y ~ .' takes every column, a saved DataFrame index among them; a formula that names
+    its columns does not, and says nothing."""
+    data = tmp_path / "indexed.csv"
+    rng = np.random.default_rng(0)
+    pd.DataFrame({"a": rng.normal(size=60), "grade": rng.integers(1, 4, 60)}).to_csv(data)
+    assert main(["fit", str(data), "--formula", "grade ~ .", "--out", str(tmp_path / "m.npz"), "--quiet"]) == 0
+    assert "warning: indexed.csv: column(s) ['Unnamed: 0'] have no name in the header" in capsys.readouterr().err
+    assert main(["fit", str(data), "--formula", "grade ~ a", "--out", str(tmp_path / "n.npz"), "--quiet"]) == 0
+    assert "Unnamed" not in capsys.readouterr().err
+
+
 def test_predict_refuses_a_file_that_is_not_a_model(tmp_path, capsys):
     data = tmp_path / "d.csv"
     pd.DataFrame({"a": [1.0], "y": [1]}).to_csv(data, index=False)

@@ -1,8 +1,10 @@
 """bayesord.datasets: loaders on temp files and the shared data, binning, splits, generators."""
 
 import gzip
+import warnings
 
 import numpy as np
+import pandas as pd
 import pytest
 import scipy.sparse as sp
 from hypothesis import given, settings
@@ -67,6 +69,19 @@ def test_load_csv_target_types(tmp_path):
     assert y.dtype == np.int64 and y.tolist() == [2, 3]
     _, y, _ = D.load_csv(write(tmp_path / "s.csv", "x,y\n1,low\n2,high\n"))
     assert y.dtype == object and y.tolist() == ["low", "high"]
+
+
+def test_load_csv_warns_of_a_column_without_a_name(tmp_path):
+    """A DataFrame saved with its index (to_csv's default) has a column pandas calls
+    'Unnamed: 0': a row number that would be fitted as a feature."""
+    path = tmp_path / "indexed.csv"
+    pd.DataFrame({"x": [0.5, 1.5, 2.5], "y": [1, 2, 3]}).to_csv(path)
+    with pytest.warns(UserWarning, match=r"indexed.csv: column\(s\) \['Unnamed: 0'\] have no name in the header"):
+        X, _, names = D.load_csv(path)
+    assert names == ["Unnamed: 0", "x"] and X[:, 0].tolist() == [0, 1, 2]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        D.load_csv(write(tmp_path / "plain.csv", "x,y\n1,2\n2,3\n"))
 
 
 def test_load_csv_errors(tmp_path):
