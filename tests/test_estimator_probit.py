@@ -184,6 +184,11 @@ def test_constant_feature_column_works():
 def test_iteration_cap_warns():
     with pytest.warns(ConvergenceWarning):
         joint(max_newton=1).fit(X0, Y0)
+    # The evidence search says what to change (a user's ARD fit stopped at 200 and met the
+    # tolerance at 5000, its probabilities within 0.007).
+    with pytest.warns(ConvergenceWarning, match=r"the evidence search stopped at max_iter=1: give a larger one "
+                                                r"\(e.g. max_iter=10\), as ARD's one prior precision per column"):
+        OrdinalProbit(prior="ard", max_iter=1).fit(X0, Y0)
 
 
 def test_sample_weight_two_equals_duplicate_in_the_estimator():

@@ -244,7 +244,12 @@ class OrdinalProbit(UncertaintyMixin, SavableMixin, OrdinalEstimator):
             elif self.thresholds == "evidence":
                 reported = self._warn_if_no_evidence_optimum(res, X, codes, sw)
         if not reported:
-            check_status(res.status, "OrdinalProbit.fit")
+            hint = (f"the evidence search stopped at max_iter={self.max_iter}: give a larger one (e.g. "
+                    f"max_iter={10 * self.max_iter})"
+                    + (", as ARD's one prior precision per column often needs, or prior='gaussian'"
+                       if self.prior == "ard" else ""))
+            check_status(res.status, "OrdinalProbit.fit",
+                         hints={Status.MAX_ITER: hint} if self.thresholds == "evidence" else None)
         self._set_result(res)
         self.log_evidence_ = float(res.log_evidence)
         self.n_iter_ = int(res.n_iter)
