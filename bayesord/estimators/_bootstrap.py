@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._status import warned_once
+from .._status import warn_user, warned_once
 from ._base import check_is_fitted, clone, internal_fits, threshold_names
 from ._uncertainty import UncertaintyMixin
 
@@ -82,7 +82,10 @@ class BootstrapMixin(UncertaintyMixin):
         :meth:`to_inference_data` read.  The point estimates stay those of the fit.  Refits
         solve further than the fit where its default tolerance leaves an error about as
         large as the spread of the draws: NPSVOR to ``tol=min(tol, 1e-3)`` with ten times
-        ``max_iter``, the swapped-pairs SVM to ``epsilon=min(epsilon, 1e-5)``.  A model
+        ``max_iter``, the swapped-pairs SVM to ``epsilon=min(epsilon, 1e-5)``; then the fit's
+        own problem is solved that way too, and a warning says how many of the fit's
+        parameters lie more than one draws' sd from it (``summary()``'s ``estimate`` column is
+        the fit's).  A model
         whose C was chosen by cross-validation (NPSVOR's ``Cs``) is refitted at that C
         (``C_``): the draws are conditional on it.
 
@@ -120,11 +123,35 @@ class BootstrapMixin(UncertaintyMixin):
         rng = source if isinstance(source, np.random.RandomState) else np.random.default_rng(
             0 if source is None else source)
         weights = n * rng.dirichlet(np.ones(n), size=int(n_draws))
+        tighter = {k: v for k, v in self._draw_params().items() if v != getattr(self, k)}
+        if tighter:  # the fit's own problem, solved as the draws are
+            weights = np.vstack([weights, np.ones(n)])
         models = self._weighted_refits(X, labels, weights)
+        unit = models.pop() if tighter else None
         draws = {p: [np.asarray(getattr(model, p), dtype=np.float64) for model in models]
                  for p in self._bootstrap_params}
         self.bootstrap_draws_ = {p: np.stack(v) for p, v in draws.items()}
+        if unit is not None:
+            self._warn_if_estimate_off_draws(unit, tighter)
         return self
+
+    def _warn_if_estimate_off_draws(self, unit, tighter):
+        """Warn when the fit's parameters lie more than one draws' sd from ``unit``, the same
+        problem solved at the refits' tighter settings ``tighter``: then :meth:`summary`'s
+        ``estimate`` column (the fit's) can lie outside the draws' own interval."""
+        off = total = 0
+        for p, d in self.bootstrap_draws_.items():
+            sd = d.std(axis=0).ravel()
+            gap = np.abs(np.asarray(getattr(self, p), np.float64) - np.asarray(getattr(unit, p), np.float64)).ravel()
+            off += int(np.count_nonzero(gap > np.maximum(sd, 1e-9)))
+            total += gap.size
+        if off:
+            settings = ", ".join(f"{k}={v!r}" for k, v in tighter.items())
+            now = ", ".join(f"{k}={getattr(self, k)!r}" for k in tighter)
+            warn_user(f"{type(self).__name__}.bootstrap: the fit stopped at {now}, where {off} of its {total} "
+                      f"parameters lie more than one draws' sd from the same problem solved as the draws are "
+                      f"({settings}); summary()'s estimate column is the fit's and can lie outside the draws' "
+                      f"interval.  Fit with {settings} for an estimate as precise as the draws")
 
     def _draw_names(self):
         """Row names of each drawn parameter's entries, in ``np.ravel`` order."""
