@@ -318,7 +318,11 @@ def test_scorers_read_the_columns_as_the_model_orders_its_classes():
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the library's scorer reads classes_: nothing to say
         ours = cross_val_score(named, X, names, cv=cv, scoring=M.neg_log_loss_scorer)
+        # nor a user's own scorer that reads classes_
+        theirs = cross_val_score(named, X, names, cv=cv, scoring=lambda est, X, y: -M.ordinal_log_loss(
+            y, est.predict_proba(X), classes=est.classes_))
     np.testing.assert_allclose(ours, reference, rtol=1e-9)
+    np.testing.assert_allclose(theirs, reference, rtol=1e-9)
     np.testing.assert_allclose(cross_val_score(OrdinalProbit(), X, codes, cv=cv, scoring=M.neg_log_loss_scorer),
                                reference, rtol=1e-12)
     with pytest.warns(UserWarning, match=r"columns as the classes in sorted order, but .* classes_ = "

@@ -1061,8 +1061,9 @@ def _warn_if_scored_in_sorted_order(est, frame, depth=4):
     be the labels in sorted order, as scikit-learn's own classifiers keep ``classes_``; these
     models keep their ordinal order (``["low", "mid", "high"]``), so such a score is computed
     on the wrong columns.  ``frame`` is predict_proba's caller; the scorer is looked for in
-    it and the ``depth - 1`` frames above it, up to the first of the library's own (its
-    scorers, :func:`bayesord.metrics.neg_log_loss_scorer`, read ``classes_``).
+    it and the ``depth - 1`` frames above it while they are scikit-learn's (a scorer of the
+    user's or of the library, :func:`bayesord.metrics.neg_log_loss_scorer`, reads
+    ``classes_`` itself).
     """
     classes = np.asarray(est.classes_)
     try:
@@ -1072,8 +1073,8 @@ def _warn_if_scored_in_sorted_order(est, frame, depth=4):
         pass
     for _ in range(depth):
         module = "" if frame is None else frame.f_globals.get("__name__", "")
-        if frame is None or module == "bayesord" or module.startswith("bayesord."):
-            return  # the library's own scorers read classes_
+        if not module.startswith("sklearn."):
+            return  # the user's own code, or the library's scorers, between: they read classes_
         if module == "sklearn.metrics._scorer":
             warn_user(f"scikit-learn's scorer reads {type(est).__name__}.predict_proba's columns as the classes in "
                       f"sorted order, but they are in the model's order, classes_ = {classes.tolist()}: a "
