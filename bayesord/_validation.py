@@ -35,6 +35,9 @@ MAX_IMPLICIT_CLASSES = 1000
 # Column scales (standard deviations) that differ by more than this factor, or a column whose
 # |mean| exceeds this many standard deviations, get a ColumnScaleWarning.
 COLUMN_SCALE_LIMIT = 1e3
+# The largest |x| a feature may hold: the models' variances hold squares of the inputs, and
+# (1e160)^2 overflows float64 (a user's predict_proba returned [0.5, 0, 0, 0.5] and NaN bands).
+MAX_ABS_VALUE = 1e150
 
 
 class ColumnScaleWarning(UserWarning):
@@ -107,6 +110,9 @@ def check_X(X, *, name: str = "X", accept_sparse: bool = False, n_features: int 
         _check_not_empty(X.shape, name, min_features)
         if not np.all(np.isfinite(X.data)):
             raise ValueError(f"{name} contains NaN or infinite values")
+        if np.any(np.abs(X.data) > MAX_ABS_VALUE):
+            raise ValueError(f"{name} holds values above {MAX_ABS_VALUE:g} in size: rescale its columns (the square "
+                             "of such a value, which the models' variances hold, overflows float64)")
     else:
         arr = np.asarray(X)
         if arr.dtype == object:
@@ -131,6 +137,10 @@ def check_X(X, *, name: str = "X", accept_sparse: bool = False, n_features: int 
         X = arr.astype(np.float64, copy=False)
         if not np.all(np.isfinite(X)):
             raise ValueError(missing_cells_message(~np.isfinite(X), names, name, "NaN or infinite"))
+        if np.any(np.abs(X) > MAX_ABS_VALUE):
+            raise ValueError(missing_cells_message(np.abs(X) > MAX_ABS_VALUE, names, name, f"huge (|x| > {MAX_ABS_VALUE:g})")
+                             + ", or rescale the columns: the square of such a value, which the models' variances "
+                             "hold, overflows float64")
     if n_features is not None and X.shape[1] != n_features:
         raise ValueError(
             f"{name} has {X.shape[1]} features, but {model} is expecting {n_features} features "

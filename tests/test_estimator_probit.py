@@ -104,6 +104,8 @@ def test_integer_labels_with_gaps_and_probability_rows():
     [
         (np.where(np.arange(360).reshape(120, 3) == 5, np.nan, X0), Y0, "NaN or infinite"),
         (np.where(np.arange(360).reshape(120, 3) == 5, np.inf, X0), Y0, "NaN or infinite"),
+        (np.where(np.arange(360).reshape(120, 3) == 5, -1e160, X0), Y0,
+         r"1 huge \(\|x\| > 1e\+150\) value\(s\), in column\(s\) \[2\] .* overflows float64"),
         (X0, Y0.astype(float) * np.where(np.arange(120) == 3, np.nan, 1.0), "NaN"),
         (X0[:100], Y0, "different lengths"),
         (np.empty((0, 3)), np.empty(0), r"0 sample\(s\)"),
@@ -117,6 +119,18 @@ def test_bad_input_raises_a_clear_error_and_leaves_no_fitted_state(X, y, match):
     with pytest.raises(ValueError, match=match):
         model.fit(X, y)
     assert not hasattr(model, "coef_") and not hasattr(model, "classes_")
+
+
+def test_a_huge_value_at_prediction_is_refused_not_misread():
+    """A user's value of 1e160 gave predict_proba [0.5, 0, 0, 0.5], class 0 against a
+    positive coefficient, and NaN bands: its square overflows float64."""
+    model = joint().fit(X0, Y0)
+    rows = X0[:3].copy()
+    rows[1, 0] = 1e160
+    with pytest.raises(ValueError, match=r"X contains 1 huge .* column\(s\) \[0\] \(first rows, 0-based: \[1\]\)"):
+        model.predict_proba(rows)
+    rows[1, 0] = 1e150  # the bound itself is taken
+    assert np.all(np.isfinite(model.predict_proba(rows)))
 
 
 def test_missing_cells_of_a_frame_are_named_by_column_and_row():
