@@ -636,6 +636,14 @@ def _fit_reporting(model, frame, y, classes, unlabeled, args):
         _warning_line("fit", _convergence_advice(model, unconverged, args.standardize))
 
 
+def _on_the_command_line(message):
+    """A warning whose advice names a parameter in Python's words, with the option that
+    sets it added (RED-SVM's and TOR's one-class warning with a piecewise-linear loss)."""
+    if "loss='logistic' or 'squared_hinge'" in message:
+        return f"{message}; on the command line: --param loss=logistic (or --param loss=squared_hinge)"
+    return message
+
+
 def _convergence_advice(model, messages, standardized):
     """One line: what did not converge (which sub-problems, for a model of several) and what to try."""
     from .estimators._base import SEPARATED
@@ -671,7 +679,7 @@ def _warning_line(command, message):
     from . import _progress
 
     _progress.finish()
-    text = " ".join(str(message).split())
+    text = _on_the_command_line(" ".join(str(message).split()))
     print(f"bayesord {command}: warning: {text}", file=sys.stderr)
 
 

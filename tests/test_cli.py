@@ -11,8 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from bayesord import RedSVM
 from bayesord._compile_cache import cache_dir, compile_seconds
-from bayesord.cli import _fitted_line, main
+from bayesord.cli import _fitted_line, _warning_line, main
 from bayesord.datasets import make_ordinal_probit
 
 
@@ -823,3 +824,12 @@ def test_calibration_options_are_checked_before_fitting(tmp_path, capsys):
         out = tmp_path / "m.npz"
         assert main(["fit", str(paths["train"]), "--out", str(out), "--quiet", *extra]) == 2
         assert match in capsys.readouterr().err and not out.exists()
+
+
+def test_warnings_that_advise_a_parameter_say_how_to_set_it_here(capsys):
+    """RED-SVM's one-class warning names loss='logistic', Python's words; the command line
+    adds its own (--param loss=logistic)."""
+    _warning_line("fit", f"RedSVM predicts 1 for every row. {RedSVM()._one_class_hint}")
+    err = capsys.readouterr().err
+    assert err.startswith("bayesord fit: warning: RedSVM predicts 1")
+    assert err.rstrip().endswith("; on the command line: --param loss=logistic (or --param loss=squared_hinge)")
