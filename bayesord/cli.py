@@ -585,6 +585,8 @@ def _calibrate(model, raw, y, calibration, args):
         _progress.finish()
     for w in dict.fromkeys(str(w.message) for w in caught):
         _warning_line("fit", f"calibration: {w}")
+    if cv is not None:  # the folds made, which a class with few rows can make fewer than asked
+        how = f"{model.conformal_.cv}-fold cross-fitting on the {len(y)} training rows"
     print(f"calibrated prediction sets{'' if COMMANDS[args.model].bayesian else ' and probabilities'} "
           f"on {how} (predict --set ALPHA)")
 

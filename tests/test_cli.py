@@ -833,3 +833,18 @@ def test_warnings_that_advise_a_parameter_say_how_to_set_it_here(capsys):
     err = capsys.readouterr().err
     assert err.startswith("bayesord fit: warning: RedSVM predicts 1")
     assert err.rstrip().endswith("; on the command line: --param loss=logistic (or --param loss=squared_hinge)")
+
+
+def test_calibration_says_how_many_folds_it_made(tmp_path, capsys):
+    """A class of 3 rows makes 3 stratified folds of the 5 asked: the warning and the summary
+    line say 3 (the summary said 5)."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 2))
+    y = np.digitize(X[:, 0], [-0.5, 0.5]) + 1
+    y[np.flatnonzero(y == 3)[3:]] = 2  # class 3 keeps three rows
+    data = tmp_path / "d.csv"
+    pd.DataFrame({"a": X[:, 0], "b": X[:, 1], "y": y}).to_csv(data, index=False)
+    assert main(["fit", str(data), "--out", str(tmp_path / "m.npz"), "--model", "cusum", "--calibrate", "5"]) == 0
+    out = capsys.readouterr()
+    assert "3 folds, not 5" in out.err
+    assert "on 3-fold cross-fitting on the 60 training rows" in out.out
