@@ -993,9 +993,9 @@ def sample_class_probs_mixed(result: MixedResult, X, groups, key, *, n_draws: in
     Their spread is the posterior uncertainty of the class probabilities.  The standard
     normal of that conditional draw is one per draw, shared by every row (common random
     numbers): each row's draws follow its own posterior, and identical rows get identical
-    draws, where one normal per row gave them bands that differed by Monte Carlo noise (a
-    lower P(y=3) bound of 0.249, 0.242 and 0.284 for one row given three times).  The draws
-    are therefore each row's, not a joint sample of several rows' probabilities.
+    draws (with a normal per row, one row given three times got lower P(y=3) bounds of
+    0.249, 0.242 and 0.284).  The draws are therefore each row's, not a joint sample of
+    several rows' probabilities.
     """
     config = result.config
     link = config.link

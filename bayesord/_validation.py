@@ -108,9 +108,9 @@ def check_X(X, *, name: str = "X", accept_sparse: bool = False, n_features: int 
         if X.ndim != 2:
             raise ValueError(f"{name} must be 2-D, got {X.ndim} dimensions")
         _check_not_empty(X.shape, name, min_features)
-        if not np.all(np.isfinite(X.data)):
-            raise ValueError(f"{name} contains NaN or infinite values")
-        if np.any(np.abs(X.data) > MAX_ABS_VALUE):
+        if not np.all(np.abs(X.data) <= MAX_ABS_VALUE):  # one pass: False for NaN and inf too
+            if not np.all(np.isfinite(X.data)):
+                raise ValueError(f"{name} contains NaN or infinite values")
             raise ValueError(f"{name} holds values above {MAX_ABS_VALUE:g} in size: rescale its columns (the square "
                              "of such a value, which the models' variances hold, overflows float64)")
     else:
@@ -135,10 +135,12 @@ def check_X(X, *, name: str = "X", accept_sparse: bool = False, n_features: int 
             )
         _check_not_empty(arr.shape, name, min_features)
         X = arr.astype(np.float64, copy=False)
-        if not np.all(np.isfinite(X)):
-            raise ValueError(missing_cells_message(~np.isfinite(X), names, name, "NaN or infinite"))
-        if np.any(np.abs(X) > MAX_ABS_VALUE):
-            raise ValueError(missing_cells_message(np.abs(X) > MAX_ABS_VALUE, names, name, f"huge (|x| > {MAX_ABS_VALUE:g})")
+        within = np.abs(X) <= MAX_ABS_VALUE  # one pass: False for NaN and inf too
+        if not within.all():
+            finite = np.isfinite(X)
+            if not finite.all():
+                raise ValueError(missing_cells_message(~finite, names, name, "NaN or infinite"))
+            raise ValueError(missing_cells_message(~within, names, name, f"huge (|x| > {MAX_ABS_VALUE:g})")
                              + ", or rescale the columns: the square of such a value, which the models' variances "
                              "hold, overflows float64")
     if n_features is not None and X.shape[1] != n_features:

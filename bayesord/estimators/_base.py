@@ -778,7 +778,7 @@ def warn_if_undetermined(est, cov, X, sw, remedy, prior_remedy="give alpha > 0")
     if dependent:
         problem = (f"{dependent}. Their coefficients are not determined by the data (the Hessian is "
                    f"numerically singular: {singular}), so their estimates, sds and p-values mean nothing; "
-                   "predictions are nearly unaffected. Drop one column of each group")
+                   "predictions are nearly unaffected")
     else:
         problem = (f"the Hessian is numerically singular ({singular}) although no columns are linearly "
                    "dependent: most likely a combination of columns separates the classes, so the likelihood "
@@ -786,12 +786,10 @@ def warn_if_undetermined(est, cov, X, sw, remedy, prior_remedy="give alpha > 0")
                    f"{np.shape(cov)[0]} parameters are too many for the {int(np.count_nonzero(sw))} rows). "
                    "The estimates along it, their sds and p-values mean nothing, and probabilities near 0 or "
                    "1 are overconfident")
-    if dependent:
-        advice = f"{f', {prior_remedy}' if prior_remedy else ''}, or {remedy}"
-    else:
-        hints = f"{prior_remedy}, or {remedy}" if prior_remedy else remedy
-        advice = f". {hints[0].upper()}{hints[1:]}"
-    warn_user(f"{type(est).__name__}.fit: {problem}{advice}", convergence_warning())
+    steps = ["drop one column of each group"] if dependent else []
+    steps += [step for step in (prior_remedy, remedy) if step]
+    advice = ", or ".join([", ".join(steps[:-1]), steps[-1]]) if len(steps) > 1 else steps[0]
+    warn_user(f"{type(est).__name__}.fit: {problem}. {advice[0].upper()}{advice[1:]}", convergence_warning())
 
 
 def classes_separated(X, codes, sw, n_classes) -> bool:
@@ -1039,11 +1037,12 @@ def _labelled_output(method, kind):
     @functools.wraps(method)
     def wrapper(self, X, *args, **kwargs):
         out = method(self, X, *args, **kwargs)
+        frame = sys._getframe(1)
         if kind == "proba":
-            _warn_if_scored_in_sorted_order(self, sys._getframe(1))
+            _warn_if_scored_in_sorted_order(self, frame)
         if getattr(self, "_output", "default") != "pandas":
             return out
-        caller = sys._getframe(1).f_globals.get("__name__", "")
+        caller = frame.f_globals.get("__name__", "")
         if caller == "bayesord" or caller.startswith("bayesord."):
             return out
         alpha = kwargs.get("alpha", args[0] if args else 0.1)
@@ -1065,24 +1064,26 @@ def _warn_if_scored_in_sorted_order(est, frame, depth=4):
     user's or of the library, :func:`bayesord.metrics.neg_log_loss_scorer`, reads
     ``classes_`` itself).
     """
+    for _ in range(depth):
+        module = "" if frame is None else frame.f_globals.get("__name__", "")
+        if not module.startswith("sklearn."):
+            return  # the user's own code, or the library's scorers, between: they read classes_
+        if module == "sklearn.metrics._scorer":
+            break
+        frame = frame.f_back
+    else:
+        return
     classes = np.asarray(est.classes_)
     try:
         if np.array_equal(np.unique(classes), classes):
             return
     except TypeError:  # labels that cannot be sorted together: any order is misread
         pass
-    for _ in range(depth):
-        module = "" if frame is None else frame.f_globals.get("__name__", "")
-        if not module.startswith("sklearn."):
-            return  # the user's own code, or the library's scorers, between: they read classes_
-        if module == "sklearn.metrics._scorer":
-            warn_user(f"scikit-learn's scorer reads {type(est).__name__}.predict_proba's columns as the classes in "
-                      f"sorted order, but they are in the model's order, classes_ = {classes.tolist()}: a "
-                      "probability score such as 'neg_log_loss' is computed on the wrong columns.  Pass "
-                      "scoring=bayesord.metrics.neg_log_loss_scorer (or neg_rps_scorer), which reads classes_, or "
-                      "labels whose sorted order is their order")
-            return
-        frame = frame.f_back
+    warn_user(f"scikit-learn's scorer reads {type(est).__name__}.predict_proba's columns as the classes in "
+              f"sorted order, but they are in the model's order, classes_ = {classes.tolist()}: a probability "
+              "score such as 'neg_log_loss' is computed on the wrong columns.  Pass "
+              "scoring=bayesord.metrics.neg_log_loss_scorer (or neg_rps_scorer), which reads classes_, or labels "
+              "whose sorted order is their order")
 
 
 def _as_pandas(est, kind, out, X, alpha):

@@ -182,20 +182,38 @@ def coding_state(spec):
     if spec.transform_state:
         raise ValueError(f"a model whose formula has stateful transforms ({sorted(spec.transform_state)}) "
                          "cannot be saved: transform the columns in the DataFrame instead")
-    columns = {f.expr for term in spec.formula for f in term.factors if _is_lookup(f)}
     levels = {}
+    for factor, name, categories in _categorical_levels(spec):
+        if name is None:
+            raise ValueError(f"a model whose formula codes the expression {factor!r} as categorical "
+                             "cannot be saved: make it a column of the DataFrame")
+        levels[name] = categories
+    return {"formula": _formula_text(spec.formula), "levels": levels, "columns": list(spec.column_names)}
+
+
+def _categorical_levels(spec):
+    """``(factor, column, levels)`` of each categorical factor of a fitted ``ModelSpec``: the
+    column it reads (a column, or ``C(column)``; None for another expression) and its levels
+    in their coding order."""
+    columns = {f.expr for term in spec.formula for f in term.factors if _is_lookup(f)}
     for factor, (kind, state) in spec.encoder_state.items():
         if getattr(kind, "value", kind) != "categorical":
             continue
         name = str(factor)
-        if name not in columns:  # C(column), or an expression that cannot be saved
+        if name not in columns:  # C(column), or an expression
             match = _PLAIN_FACTOR.fullmatch(name)
-            if match is None:
-                raise ValueError(f"a model whose formula codes the expression {factor!r} as categorical "
-                                 "cannot be saved: make it a column of the DataFrame")
-            name = match.group(1) or match.group(2)
-        levels[name] = [v.item() if hasattr(v, "item") else v for v in state["categories"]]
-    return {"formula": _formula_text(spec.formula), "levels": levels, "columns": list(spec.column_names)}
+            name = None if match is None else match.group(1) or match.group(2)
+        yield factor, name, [v.item() if hasattr(v, "item") else v for v in state["categories"]]
+
+
+def _unseen_message(name, values, levels):
+    """The refusal of a column ``name`` whose ``values`` hold a level not among the fitted
+    ``levels``, naming them; None when there is none."""
+    unseen = sorted(set(values.dropna().tolist()) - set(levels), key=str)
+    if not unseen:
+        return None
+    return (f"the data have a category the model was not fitted with (column {name!r}: {unseen[:5]}; "
+            f"fitted levels {levels})")
 
 
 def _is_lookup(factor):
@@ -232,10 +250,9 @@ class SavedCoding:
         for name, levels in self.levels.items():
             if name not in data.columns:
                 raise ValueError(f"the formula names something the data do not have: column {name!r}")
-            unseen = sorted(set(data[name].dropna().tolist()) - set(levels), key=str)
+            unseen = _unseen_message(name, data[name], levels)
             if unseen:
-                raise ValueError(f"the data have a category the model was not fitted with (column {name!r}: "
-                                 f"{unseen[:5]}; fitted levels {levels})")
+                raise ValueError(unseen)
             data[name] = pd.Categorical(data[name], categories=levels)
         mm = model_matrix(self.formula, data, na_action="raise")
         if list(mm.columns) != self.columns:
@@ -309,20 +326,15 @@ def design_matrix(spec_or_formula, data):
 
 
 def _unseen_levels(spec, data):
-    """The sentence naming a text column of ``data`` with a level that the fitted coding
-    ``spec`` (a ``ModelSpec``) has not seen, its unseen levels and the fitted ones, or None."""
-    for factor, (kind, state) in getattr(spec, "encoder_state", {}).items():
-        if getattr(kind, "value", kind) != "categorical":
-            continue
-        match = _PLAIN_FACTOR.fullmatch(str(factor))
-        name = str(factor) if match is None else match.group(1) or match.group(2)
-        if name not in data.columns:
-            continue
-        levels = [v.item() if hasattr(v, "item") else v for v in state["categories"]]
-        unseen = sorted(set(data[name].dropna().tolist()) - set(levels), key=str)
-        if unseen:
-            return (f"the data have a category the model was not fitted with (column {name!r}: {unseen[:5]}; "
-                    f"fitted levels {levels})")
+    """The refusal naming a text column of ``data`` with a level that the fitted coding
+    ``spec`` (a ``ModelSpec``; None for a formula not yet fitted) has not seen, or None."""
+    if not hasattr(spec, "encoder_state"):
+        return None
+    for _, name, levels in _categorical_levels(spec):
+        if name is not None and name in data.columns:
+            unseen = _unseen_message(name, data[name], levels)
+            if unseen:
+                return unseen
     return None
 
 
