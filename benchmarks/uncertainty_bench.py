@@ -16,7 +16,9 @@ interval of classes.  An alpha that needs more calibration rows than a set has
 Part ``proba``.  The ordinal sets, ``--splits`` random 80/20 splits: the six margin
 models calibrated by 5-fold cross-fitting on the training rows (``calibrate(X, y,
 cv=5)``) against mord's ``LogisticAT`` (its defaults) fitted on the same rows: top-label
-and cumulative 10-bin ECE on the test rows.
+and cumulative 10-bin ECE on the test rows, and beside them two proper scores, the
+log-loss and the ranked probability score (ECE is not one: a model can lower it without
+predicting better).
 
 Part ``cost``.  On ``winequality_red`` (1,000 training rows): each estimator's fit and
 its 5-fold cross-conformal calibration, both timed after a first call has compiled them
@@ -62,7 +64,7 @@ from bayesord import (  # noqa: E402
     TransductiveOrdinalRegression,
 )
 from bayesord.datasets import SHARED_DATASETS, equal_frequency_bins, load_shared, stratified_split  # noqa: E402
-from bayesord.metrics import ece  # noqa: E402
+from bayesord.metrics import ece, ordinal_log_loss, rps  # noqa: E402
 
 ALPHAS = (0.05, 0.1, 0.2)
 KERNEL_BAYES_MAX_TRAIN = 500
@@ -242,7 +244,7 @@ def part_proba(args, names):
     rows = []
     for name in ordinal:
         X, y, _ = _data(name)
-        res = {m: {"top": [], "cum": []} for m in [*MARGIN, "mord LogisticAT"] if m in args.models or m == "mord LogisticAT"}
+        res = {m: {"top": [], "cum": [], "ll": [], "rps": []} for m in [*MARGIN, "mord LogisticAT"] if m in args.models or m == "mord LogisticAT"}
         for split in range(args.splits):
             tr, te = stratified_split(y, int(0.8 * len(y)), seed=split)
             if len(tr) > args.max_train:
@@ -263,17 +265,22 @@ def part_proba(args, names):
                     P = model.predict_proba(Xte)
                 res[label]["top"].append(ece(y[te], P, classes=classes))
                 res[label]["cum"].append(ece(y[te], P, cumulative=True, classes=classes))
+                res[label]["ll"].append(ordinal_log_loss(y[te], P, classes=classes))
+                res[label]["rps"].append(rps(y[te], P, classes=classes))
         ref = res["mord LogisticAT"]
         for label, r in res.items():
             if not r["top"]:
                 continue
             rows.append({"data": name, "model": label, "top ECE": float(np.mean(r["top"])),
                          "cum ECE": float(np.mean(r["cum"])),
-                         "mord top": float(np.mean(ref["top"])), "mord cum": float(np.mean(ref["cum"]))})
+                         "mord top": float(np.mean(ref["top"])), "mord cum": float(np.mean(ref["cum"])),
+                         "log-loss": float(np.mean(r["ll"])), "mord log-loss": float(np.mean(ref["ll"])),
+                         "RPS": float(np.mean(r["rps"])), "mord RPS": float(np.mean(ref["rps"]))})
         print(f"  {name}: done", file=sys.stderr)
         jax.clear_caches()
     print("\nproba: calibrated margin-model probabilities (cv=5) against mord LogisticAT, test ECE")
-    print_table(rows, ["data", "model", "top ECE", "cum ECE", "mord top", "mord cum"])
+    print_table(rows, ["data", "model", "top ECE", "cum ECE", "mord top", "mord cum", "log-loss", "mord log-loss",
+                       "RPS", "mord RPS"])
     wins = []
     for label in MARGIN:
         sel = [r for r in rows if r["model"] == label]
@@ -282,8 +289,11 @@ def part_proba(args, names):
                          "top no worse": sum(r["top ECE"] <= r["mord top"] for r in sel),
                          "cum no worse": sum(r["cum ECE"] <= r["mord cum"] for r in sel),
                          "both no worse": sum(r["top ECE"] <= r["mord top"] and r["cum ECE"] <= r["mord cum"]
-                                              for r in sel)})
-    print_table(wins, ["model", "sets", "top no worse", "cum no worse", "both no worse"])
+                                              for r in sel),
+                         "log-loss no worse": sum(r["log-loss"] <= r["mord log-loss"] for r in sel),
+                         "RPS no worse": sum(r["RPS"] <= r["mord RPS"] for r in sel)})
+    print_table(wins, ["model", "sets", "top no worse", "cum no worse", "both no worse", "log-loss no worse",
+                       "RPS no worse"])
     return {"rows": rows, "wins": wins}
 
 
