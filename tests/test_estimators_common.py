@@ -2,6 +2,7 @@
 warnings point at the caller's line."""
 
 import json
+import re
 import warnings
 
 import jax
@@ -160,6 +161,26 @@ def test_the_librarys_own_refits_leave_the_one_class_check_to_the_users_fit(monk
         warnings.simplefilter("error", OneClassWarning)
         est.calibrate(X0, Y0, cv=3, random_state=0)
         est.bootstrap(X0, Y0, n_draws=2, random_state=0)
+
+
+@pytest.mark.parametrize("slope", [0.3, 0.0])
+def test_the_one_class_warning_says_whether_the_probabilities_move(slope):
+    """An imbalanced outcome with a real effect (a user's trial: the top class holds 56% of
+    the rows, the slope is 12 sds from zero) is most probable everywhere: the warning says
+    that the probabilities move, and only a fit without signal is said to have found none."""
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-2, 2, size=(2000, 1))
+    y = np.digitize(slope * x[:, 0] + rng.normal(size=2000), [-1.5, -0.8, -0.2])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        OrdinalProbit().fit(x, y)
+    one = [str(w.message) for w in caught if issubclass(w.category, OneClassWarning)]
+    assert len(one) == 1 and one[0].startswith("OrdinalProbit predicts 3 for every one of its 2000"), one
+    if slope:
+        assert re.search(r"though its probabilities move with the columns \(P\(3\) from 0\.3\d to 0\.7\d", one[0])
+        assert "no ordinal signal" not in one[0]
+    else:
+        assert "at these settings it found no ordinal signal" in one[0]
 
 
 class _Stub:
