@@ -86,6 +86,9 @@ def test_estimator_sets_under_each_risk(calibrated, tmp_path):
     cover = model.predict_set(X, 0.1)
     near = model.predict_set(X, 0.1, risk="distance")
     weighted = model.predict_set(X, 0.1, risk={4: 5.0, 0: 1.0, 1: 1.0, 2: 1.0, 3: 1.0})
+    # A class the dict leaves out weighs 1 (as in class_weight), not 0 (a miss that costs nothing).
+    for a, b in zip(model.predict_set(X, 0.1, risk={4: 5.0}), weighted):
+        np.testing.assert_array_equal(a, b)
     for lower, upper in (cover, near, weighted):
         assert np.all((lower <= pred) & (pred <= upper))
     # A near miss costs little under the distance: its sets are no wider than coverage's.

@@ -401,7 +401,8 @@ class UncertaintyMixin:
                 ``"coverage"`` (the miss, ``P(y not in set) <= alpha``: ordinary conformal
                 sets), ``"distance"`` (the distance from the label to the set over
                 ``K - 1`` classes: a near miss costs little) or class weights, a dict of
-                label -> weight or a sequence in ``classes_`` order (a miss of class ``y``
+                label -> weight (a class it does not name weighs 1, as in
+                ``class_weight``) or a sequence in ``classes_`` order (a miss of class ``y``
                 costs ``w_y``; ``alpha`` is then in those units).
 
         Returns:
@@ -459,7 +460,7 @@ class UncertaintyMixin:
             unknown = [label for label in risk if label not in list(self.classes_)]
             if unknown:
                 raise ValueError(f"risk weights name labels not in classes_: {unknown}")
-            return np.array([float(risk.get(label, 0.0)) for label in self.classes_])
+            return np.array([float(risk.get(label, 1.0)) for label in self.classes_])
         return np.asarray(risk, dtype=np.float64)
 
     # ------------------------------------------------------------ persistence
