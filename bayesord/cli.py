@@ -932,15 +932,45 @@ def _parser():
     return p
 
 
+class _ReaderMayLeave:
+    """``sys.stdout`` of a command whose reader may close the pipe early (``bayesord fit ...
+    | head``): from the first write that finds it closed, the rest of the output is dropped
+    (file descriptor 1 then points at the null device, so no later flush fails) and the
+    command finishes its work, whose product is the files it writes."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def _dropping(self, call, *args):
+        try:
+            return call(*args)
+        except BrokenPipeError:
+            with contextlib.suppress(OSError, ValueError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
+            self._stream = open(os.devnull, "w")  # the rest of the output, for the process's life
+            return None
+
+    def write(self, text):
+        self._dropping(self._stream.write, text)
+        return len(text)
+
+    def flush(self):
+        self._dropping(self._stream.flush)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
 def main(argv=None) -> int:
     """Entry point of the ``bayesord`` command.
 
     Returns:
         0, or 2 after one line ``bayesord <command>: error: ...`` on stderr for bad input,
-        a damaged model file or an output that cannot or may not be written.
+        a damaged model file or an output that cannot or may not be written.  A reader of
+        the output that leaves early (``| head``) is not an error (:class:`_ReaderMayLeave`).
     """
     args = _parser().parse_args(argv)  # --help and argument errors exit here, before JAX loads
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), contextlib.redirect_stdout(_ReaderMayLeave(sys.stdout)):
         warnings.showwarning = lambda message, *_, **__: _warning_line(args.command, message)
         try:
             return args.func(args)

@@ -383,6 +383,22 @@ def test_the_command_process_exits_with_mains_code_and_output(tmp_path):
     assert done.stderr.startswith("bayesord predict: error:") and "missing.npz" in done.stderr
 
 
+def test_a_reader_that_leaves_early_is_not_an_error(tmp_path):
+    """``bayesord fit ... | head -c 1``: the rest of the output is dropped, the model is
+    saved and the command exits 0 (a user's trial: "error: [Errno 32] Broken pipe", exit 2,
+    after a fit that had been saved)."""
+    (tmp_path / "d.csv").write_text("a,b,y\n" + "".join(f"{i % 7},{(i * 3) % 5},{1 + i % 3}\n" for i in range(40)))
+    with subprocess.Popen([sys.executable, "-m", "bayesord.cli", "fit", "d.csv", "--model", "probit",
+                           "--thresholds", "joint", "--alpha", "1", "--out", "m.npz"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path) as proc:
+        proc.stdout.read(1)
+        proc.stdout.close()
+        stderr = proc.stderr.read().decode()
+        code = proc.wait(timeout=300)
+    assert code == 0 and "error" not in stderr, stderr
+    assert (tmp_path / "m.npz").exists()
+
+
 def test_the_command_collects_garbage_again_once_its_imports_are_frozen():
     """The installed command (``run``) turns the collector off at its start; where a command
     first needs JAX the estimators are imported, their objects frozen and the collector turned
