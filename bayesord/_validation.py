@@ -10,6 +10,7 @@ strings with an explicit ``classes=`` order.  Internally they become 0..K-1.
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Sequence
 
 import numpy as np
@@ -378,6 +379,9 @@ def _as_1d_labels(y, n: int | None):
         return y  # pandas Series / Categorical handled by the caller
     arr = np.asarray(y)
     if arr.ndim == 2 and arr.shape[1] == 1:
+        if hasattr(y, "columns"):
+            raise ValueError(f"y must be 1-D; got a one-column DataFrame: pass the column itself, "
+                             f"frame[{y.columns[0]!r}] (not frame[[{y.columns[0]!r}]])")
         raise ValueError("y must be 1-D; got a column vector of shape (n, 1): use y.ravel()")
     if arr.ndim != 1:
         raise ValueError(f"y must be 1-D, got shape {arr.shape}")
@@ -432,8 +436,7 @@ def encode_labels(y, classes: Sequence[Any] | None = None, n: int | None = None)
             raise ValueError(f"X and y have different lengths: {n} rows in X, {len(values)} labels in y")
         if len(values) == 0:
             raise ValueError("y is empty")
-        if any(v is None or (isinstance(v, float) and np.isnan(v)) for v in values):
-            raise ValueError("y contains missing labels (NaN)")
+        _refuse_missing_labels(values)
         if classes is None:
             if not cat.ordered:
                 raise ValueError(
@@ -441,6 +444,12 @@ def encode_labels(y, classes: Sequence[Any] | None = None, n: int | None = None)
                     "in increasing order"
                 )
             classes = list(cat.categories)
+        elif cat.ordered:
+            own = [c for c in cat.categories if _label_key(c) in {_label_key(k) for k in classes}]
+            given = [c for c in classes if _label_key(c) in {_label_key(k) for k in own}]
+            if [_label_key(c) for c in own] != [_label_key(c) for c in given]:
+                raise ValueError(f"y is an ordered Categorical whose order ({' < '.join(map(str, own))}) is not "
+                                 f"the order of classes ({' < '.join(map(str, given))}): pass one order")
         return encode_known_labels(values, classes, what="y")
 
     arr = _as_1d_labels(y, n)
@@ -448,7 +457,8 @@ def encode_labels(y, classes: Sequence[Any] | None = None, n: int | None = None)
         return encode_known_labels(arr, classes, what="y")
     if arr.dtype.kind in "biuf":
         if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
-            raise ValueError("y contains NaN or infinite labels")
+            _refuse_missing_labels(arr)
+            raise ValueError(f"y contains {_labels_at(np.isinf(arr), 'infinite')}")
         uniq, codes = _encode_numbers(arr)
         if uniq.size > MAX_IMPLICIT_CLASSES:
             raise ValueError(
@@ -457,8 +467,7 @@ def encode_labels(y, classes: Sequence[Any] | None = None, n: int | None = None)
             )
         return codes, uniq
     if arr.dtype == object:
-        if any(v is None or (isinstance(v, float) and np.isnan(v)) for v in arr):
-            raise ValueError("y contains missing labels (None/NaN)")
+        _refuse_missing_labels(arr)
         if all(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) for v in arr):
             return encode_labels(arr.astype(np.float64), None, n)
     raise ValueError(
@@ -500,8 +509,15 @@ def encode_known_labels(values, classes: Sequence[Any], what: str = "y"):
         distinct, inverse = vals, np.arange(vals.size)
     found = np.array([lookup.get(_label_key(v), -1) for v in distinct], dtype=np.int32)
     if np.any(found < 0):
-        shown = sorted({repr(u) for u in distinct[found < 0].tolist()})[:10]
-        raise ValueError(f"{what} contains labels not in classes: {', '.join(shown)}")
+        _refuse_missing_labels(vals, what)
+        unknown = distinct[found < 0].tolist()
+        shown = ", ".join(sorted({repr(u) for u in unknown})[:10])
+        as_text = {str(c) for c in classes_arr.tolist()}
+        if all(str(u) in as_text for u in unknown):
+            raise ValueError(f"{what} contains labels not in classes: {shown}.  They are classes written "
+                             f"as another type ({type(unknown[0]).__name__} labels, "
+                             f"{type(classes_arr[0]).__name__} classes): pass classes of the labels' own type")
+        raise ValueError(f"{what} contains labels not in classes: {shown}")
     codes = found[inverse.ravel()]
     try:
         classes_out = np.asarray(classes_arr.tolist())
@@ -510,6 +526,30 @@ def encode_known_labels(values, classes: Sequence[Any], what: str = "y"):
     if classes_out.dtype.kind not in "biufUS":
         classes_out = classes_arr
     return codes, classes_out
+
+
+def _is_missing(v) -> bool:
+    pandas = sys.modules.get("pandas")  # pd.NA can only come from a loaded pandas
+    return (v is None or (pandas is not None and v is pandas.NA)
+            or (isinstance(v, (float, np.floating)) and np.isnan(v)))
+
+
+def _labels_at(mask, what: str) -> str:
+    """``"2 missing label(s) (first rows, 0-based: [4, 17])"``, the wording of
+    :func:`missing_cells_message` for labels."""
+    rows = np.flatnonzero(mask)
+    return f"{rows.size} {what} label(s) (first rows, 0-based: {rows[:5].tolist()})"
+
+
+def _refuse_missing_labels(values, what: str = "y") -> None:
+    """A missing label (None, NaN, ``pd.NA``) is refused with the rows that hold one."""
+    values = np.asarray(values)
+    missing = (np.isnan(values) if values.dtype.kind == "f"
+               else np.array([_is_missing(v) for v in values.tolist()], dtype=bool) if values.dtype == object
+               else np.zeros(values.shape, dtype=bool))
+    if missing.any():
+        raise ValueError(f"{what} contains {_labels_at(missing, 'missing')}, NaN or None; drop those rows or "
+                         "fill in their labels")
 
 
 def _label_key(v):

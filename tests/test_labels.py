@@ -71,8 +71,43 @@ def test_arrays_series_and_categoricals_encode_as_lists_do(values):
 def test_unknown_labels_are_named_once_each():
     with pytest.raises(ValueError, match=r"y contains labels not in classes: 7, 9$"):
         encode_known_labels(np.array([1, 9, 7, 9, 2, 7]), [1, 2, 3])
-    with pytest.raises(ValueError, match="not in classes: nan"):
+    with pytest.raises(ValueError, match=r"y contains 1 missing label\(s\) \(first rows, 0-based: \[1\]\)"):
         encode_known_labels(np.array([1.0, np.nan]), [1.0, 2.0])
+
+
+@pytest.mark.parametrize("labels", [
+    np.array([1.0, np.nan, 2.0, np.nan]),
+    np.array(["low", None, "high", np.nan], dtype=object),
+    pd.Series(["low", None, "high", pd.NA], dtype=object),
+    pd.Series(pd.Categorical(["low", None, "high", None], categories=["low", "high"], ordered=True)),
+])
+def test_missing_labels_are_named_by_their_rows_with_or_without_classes(labels):
+    """A user's NaN label was reported as an unknown label ``nan``, without rows."""
+    numeric = np.asarray(labels).dtype.kind == "f"
+    for classes in ([1.0, 2.0] if numeric else ["low", "high"], None):
+        if classes is None and not numeric and not hasattr(labels, "cat"):
+            continue  # text without an order is refused for that first
+        with pytest.raises(ValueError, match=r"y contains 2 missing label\(s\) \(first rows, 0-based: \[1, 3\]\)"):
+            encode_labels(labels, classes)
+
+
+def test_labels_that_match_the_classes_only_as_text_say_so():
+    with pytest.raises(ValueError, match=r"not in classes: 1, 2, 5\.  They are classes written as another type "
+                                         r"\(int labels, str classes\)"):
+        encode_known_labels(np.array([1, 2, 5, 1]), ["1", "2", "5"])
+    with pytest.raises(ValueError, match=r"not in classes: 1, 7$"):  # 7 is no class as text either
+        encode_known_labels(np.array([1, 7]), ["1", "2"])
+
+
+def test_an_ordered_categorical_and_classes_in_another_order_are_refused():
+    y = pd.Categorical(["low", "mid", "high"], categories=["high", "mid", "low"], ordered=True)
+    with pytest.raises(ValueError, match=r"order \(high < mid < low\) is not the order of classes "
+                                         r"\(low < mid < high\): pass one order"):
+        encode_labels(y, ["low", "mid", "high"])
+    codes, classes = encode_labels(y, ["high", "mid", "low"])
+    assert codes.tolist() == [2, 1, 0] and classes.tolist() == ["high", "mid", "low"]
+    # An unordered one takes the order from classes.
+    assert encode_labels(pd.Categorical(["low", "high"]), ["low", "mid", "high"])[0].tolist() == [0, 2]
 
 
 @given(st.lists(st.integers(-(2**40), 2**40), min_size=1, max_size=60), st.integers(0, 3),
@@ -98,3 +133,12 @@ def test_text_labels_without_an_order_are_listed_in_the_error():
     many = np.array([f"g{i:02d}" for i in range(12)])
     with pytest.raises(ValueError, match=r"\(g00, g01, .*, g09, \.\.\.\) have no natural order"):
         encode_labels(many)
+
+
+def test_a_one_column_frame_of_labels_is_told_to_pass_the_column():
+    """``y.ravel()`` was the advice, which a DataFrame does not have."""
+    frame = pd.DataFrame({"label": [1, 2, 1]})
+    with pytest.raises(ValueError, match=r"one-column DataFrame: pass the column itself, frame\['label'\]"):
+        encode_labels(frame)
+    with pytest.raises(ValueError, match=r"column vector of shape \(n, 1\): use y\.ravel\(\)"):
+        encode_labels(frame.to_numpy())
