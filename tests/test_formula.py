@@ -184,8 +184,19 @@ def test_missing_values_in_a_coded_column_are_refused_not_dropped(frame, tmp_pat
     with pytest.raises(ValueError, match=r"the data contains 2 missing value\(s\), in column\(s\) \['dose'\] "
                                          r"\(first rows, 0-based: \[7, 20\]\).*drops none"):
         OrdinalProbit.from_formula("y ~ dose + site", holes)
-    with pytest.raises(ValueError, match=r"the formula's term 'np.log\(dose\)' has missing values"):
+    with pytest.raises(ValueError, match=r"in column\(s\) \['dose'\] \(first rows, 0-based: \[7, 20\]\)"):
         OrdinalProbit.from_formula("y ~ np.log(dose) + site", holes)
+    # Every column the formula reads is named, in the data's order (formulaic names the first
+    # term it evaluates, which changed from run to run with the hash seed).
+    more = holes.assign(site=holes["site"].where(np.arange(len(frame)) != 3))
+    with pytest.raises(ValueError, match=r"the data contains 3 missing value\(s\), in column\(s\) \['dose', 'site'\] "
+                                         r"\(first rows, 0-based: \[3, 7, 20\]\)"):
+        OrdinalProbit.from_formula("y ~ site + dose", more)
+    # A term that makes missing values of complete columns is named itself.
+    negative = frame.assign(dose=frame["dose"].where(np.arange(len(frame)) != 4, -1.0))
+    with pytest.raises(ValueError, match=r"the formula's term 'np.log\(dose\)' has missing values"), \
+            np.errstate(invalid="ignore"):
+        OrdinalProbit.from_formula("y ~ np.log(dose) + site", negative)
     model = OrdinalProbit.from_formula("y ~ dose + ph + site", holes.drop(index=[7, 20]))
     assert model.n_features_in_ == 4  # the column outside the formula is not read
     model.save(tmp_path / "m.npz")

@@ -156,7 +156,7 @@ def slope_columns(formula, slope_terms, data, fixed_columns):
     except FormulaParsingError as err:
         raise ValueError(_unparsed(slope_terms, err)) from None
     except ValueError as err:
-        _refuse_missing(err, data)
+        _refuse_missing(err, data, slope_terms)
     missing = [c for c in columns if c not in fixed_columns]
     if missing:
         raise ValueError(f"formula {formula!r}: the random slopes {missing} need the same terms among the "
@@ -265,19 +265,24 @@ class SavedCoding:
 _NULLS = re.compile(r"`([^`]+)` contains null values")
 
 
-def _refuse_missing(err, data):
+def _refuse_missing(err, data, formula):
     """Re-raise formulaic's ``err`` as it is, or, when it is about missing values, as the
-    command line words them: the column and its first rows.  A formula model never drops
-    rows (formulaic's default would, leaving ``X`` shorter than ``y`` in ``fit`` and fewer
-    predictions than rows in ``predict``)."""
+    command line words them: every column of the data that ``formula`` reads and that has
+    missing values (formulaic names the first term it happened to evaluate, which varied
+    from run to run), and their first rows.  A formula model never drops rows (formulaic's
+    default would, leaving ``X`` shorter than ``y`` in ``fit`` and fewer predictions than
+    rows in ``predict``)."""
+    from formulaic import Formula
+
     match = _NULLS.search(str(err))
     if match is None:
         raise err
-    term = match.group(1)
-    if term in data.columns:
-        message = missing_cells_message(data[[term]].isna().to_numpy(), [term], "the data")
+    used = Formula(str(getattr(formula, "formula", formula))).required_variables
+    columns = [c for c in data.columns if c in used and data[c].isna().any()]
+    if columns:
+        message = missing_cells_message(data[columns].isna().to_numpy(), columns, "the data")
     else:
-        message = f"the formula's term {term!r} has missing values; drop or impute them explicitly"
+        message = f"the formula's term {match.group(1)!r} has missing values; drop or impute them explicitly"
     raise ValueError(f"{message}: a formula model codes every row it is given and drops none") from None
 
 
@@ -313,7 +318,7 @@ def design_matrix(spec_or_formula, data):
     except FormulaParsingError as err:
         raise ValueError(_unparsed(spec_or_formula, err)) from None
     except ValueError as err:
-        _refuse_missing(err, data)
+        _refuse_missing(err, data, spec_or_formula)
     except Warning as err:
         found = _unseen_levels(spec_or_formula, data)
         raise ValueError(found or f"the data have a category the model was not fitted with ({err})") from None
