@@ -147,9 +147,14 @@ def _relevance_line(model, n_rows):
 
 
 def _summary_text(model, digits=4):
-    """A Bayesian model's ``summary()`` as printed: fixed decimals, ``-`` where a row has no
-    entry (the thresholds' prior precision)."""
-    return model.summary().to_string(float_format=lambda v: f"{v:.{digits}f}", na_rep="-")
+    """A Bayesian model's ``summary()`` as printed: ``digits`` decimals, and ``digits``
+    significant figures for a number below 0.01 in size (a coefficient per unit of a raw
+    column such as an income, -8e-7 with sd 2e-6, printed as zeros in fixed decimals); ``-``
+    where a row has no entry (the thresholds' prior precision)."""
+    def number(v):
+        return f"{v:.{digits - 1}e}" if 0 < abs(v) < 0.01 else f"{v:.{digits}f}"
+
+    return model.summary().to_string(float_format=number, na_rep="-")
 
 
 def _demo_models(seed):

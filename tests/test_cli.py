@@ -864,3 +864,21 @@ def test_calibration_says_how_many_folds_it_made(tmp_path, capsys):
     out = capsys.readouterr()
     assert "3 folds, not 5" in out.err
     assert "on 3-fold cross-fitting on the 60 training rows" in out.out
+
+
+def test_the_printed_summary_keeps_small_numbers():
+    """A coefficient per unit of a raw column (an income: -8e-7, sd 2e-6) printed as -0.0000
+    0.0000 in four decimals; it keeps four significant figures."""
+    import pandas as pd
+
+    from bayesord.cli import _summary_text
+
+    class Fitted:
+        def summary(self):
+            return pd.DataFrame({"mean": [-8.158e-07, -0.1075, 0.0], "sd": [2.154e-06, 0.0154, np.nan]},
+                                index=["income", "affairs", "zero"])
+
+    lines = _summary_text(Fitted()).splitlines()
+    assert lines[1].split() == ["income", "-8.158e-07", "2.154e-06"]
+    assert lines[2].split() == ["affairs", "-0.1075", "0.0154"]
+    assert lines[3].split() == ["zero", "0.0000", "-"]
