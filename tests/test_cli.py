@@ -869,8 +869,6 @@ def test_calibration_says_how_many_folds_it_made(tmp_path, capsys):
 def test_the_printed_summary_keeps_small_numbers():
     """A coefficient per unit of a raw column (an income: -8e-7, sd 2e-6) printed as -0.0000
     0.0000 in four decimals; it keeps four significant figures."""
-    import pandas as pd
-
     from bayesord.cli import _summary_text
 
     class Fitted:
