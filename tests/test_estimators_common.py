@@ -183,6 +183,22 @@ def test_the_one_class_warning_says_whether_the_probabilities_move(slope):
         assert "at these settings it found no ordinal signal" in one[0]
 
 
+@pytest.mark.parametrize("scale, warns", [(1000.0, True), (1e-3, True), (1.0, False)])
+def test_fractional_weights_far_from_the_row_count_warn(scale, warns):
+    """Survey weights summed to a population size make a posterior as sure as that many rows
+    (a user's trial); fractional weights far from the row count say so, counts never do."""
+    w = np.linspace(0.5, 1.5, X0.shape[0]) * scale
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        OrdinalProbit().fit(X0, Y0, sample_weight=w)
+        OrdinalProbit().fit(X0, Y0, sample_weight=np.full(X0.shape[0], 500))  # cell counts
+    said = [str(c.message) for c in caught if "sample_weight sums to" in str(c.message)]
+    assert len(said) == warns, said
+    if warns:
+        assert said[0].startswith(f"OrdinalProbit: sample_weight sums to {w.sum():.4g} over 60 rows")
+        assert "w * n / w.sum()" in said[0]
+
+
 class _Stub:
     classes_ = np.array([0, 1, 2])
     _one_class_hint = "hint"
