@@ -205,6 +205,37 @@ def _read_table(path, target, argument="DATA"):
         raise ValueError(f"argument {argument}: {err}") from None
 
 
+def _checked_weights(column):
+    """The ``--weights`` column as float64 weights: numbers, none missing or negative."""
+    values = np.asarray(column)
+    if values.dtype.kind not in "iufb":
+        raise ValueError(f"argument --weights: column {column.name!r} is not numeric")
+    values = values.astype(np.float64)
+    bad = ~np.isfinite(values) | (values < 0)
+    if bad.any():
+        rows = np.flatnonzero(bad)[:5].tolist()
+        raise ValueError(f"argument --weights: column {column.name!r} has {int(bad.sum())} missing, infinite or "
+                         f"negative weight(s) (first rows, 0-based: {rows})")
+    return values
+
+
+def _weight_column(X, names, args):
+    """``(X, names, weights)`` with the ``--weights`` column taken out of the features (None
+    without the option)."""
+    if args.weights is None:
+        return X, names, None
+    if args.weights == args.target:
+        raise ValueError(f"argument --weights: {args.weights!r} is the target column, not a weight column")
+    if args.weights not in names:
+        raise ValueError(f"argument --weights: {args.data} has no column {args.weights!r}; columns are "
+                         f"{[args.target, *names]}")
+    import pandas as pd
+
+    j = list(names).index(args.weights)
+    weights = _checked_weights(pd.Series(X[:, j], name=args.weights))
+    return np.delete(X, j, axis=1), [c for c in names if c != args.weights], weights
+
+
 def _parse_classes(text, y, target):
     """``--classes`` as labels of the kind the target column holds (numbers stay numbers);
     text labels without ``--classes`` are an error that lists them (their order is the
@@ -443,6 +474,14 @@ def _fit_formula(args) -> int:
     from .estimators._formula import has_group_term, split_formula
 
     response = split_formula(args.formula, group_term=has_group_term(args.formula))[0]
+    weights = None
+    if args.weights is not None:
+        if args.weights == response:
+            raise ValueError(f"argument --weights: {args.weights!r} is the formula's response, not a weight column")
+        if args.weights not in frame.columns:
+            raise ValueError(f"argument --weights: {args.data} has no column {args.weights!r}; columns are "
+                             f"{[str(c) for c in frame.columns]}")
+        weights = _checked_weights(frame.pop(args.weights))
     if args.target is not None and args.target != response:
         raise ValueError(f"--target {args.target!r} is not the formula's response {response!r}: with "
                          "--formula the response is the formula's (leave --target out)")
@@ -461,7 +500,7 @@ def _fit_formula(args) -> int:
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught, compile_seconds() as compiling:
         warnings.simplefilter("always")
-        model = cls.from_formula(args.formula, frame, **extra, **standardize, **params)
+        model = cls.from_formula(args.formula, frame, sample_weight=weights, **extra, **standardize, **params)
     if args.progress:
         _progress.show(_fitted_line(name, time.perf_counter() - t0, compiling, _solver_lines(model)), final=True)
     for w in dict.fromkeys(str(w.message) for w in caught):
@@ -498,6 +537,7 @@ def _fit(args) -> int:
     if args.target is None:
         args.target = "y"
     X, y, names = _read_table(args.data, args.target)
+    X, names, weights = _weight_column(X, names, args)
     classes = _parse_classes(args.classes, y, args.target)
     if args.unlabeled is not None and args.model != "tor":
         raise ValueError(f"--unlabeled applies to --model tor, not {args.model}")
@@ -522,7 +562,7 @@ def _fit(args) -> int:
               f"rows{kept}); the model file keeps the transform and predict applies it to raw rows; "
               "coefficients and kernel widths refer to the standardised columns (--no-standardize "
               "fits the raw columns)")
-    _fit_reporting(model, frame, y, classes, unlabeled, args)
+    _fit_reporting(model, frame, y, classes, unlabeled, args, weights)
     if args.standardize:
         from .estimators._base import set_input_transform
 
@@ -556,6 +596,9 @@ def _calibration_rows(args, names):
     if names is None:
         return _feature_frame(args.calibrate_on, None, None, "--calibrate-on"), None
     X, y, cal_names = _read_table(args.calibrate_on, args.target, "--calibrate-on")
+    if args.weights in cal_names:  # calibration rows are exchangeable rows, unweighted
+        X, cal_names = np.delete(X, cal_names.index(args.weights), axis=1), [c for c in cal_names
+                                                                            if c != args.weights]
     if list(cal_names) != list(names):
         raise ValueError(f"argument --calibrate-on: {args.calibrate_on} has feature columns "
                          f"{list(cal_names)}, but DATA has {list(names)}")
@@ -619,9 +662,10 @@ def _solver_lines(model):
     return solver_progress(getattr(model, "verbose", 0))
 
 
-def _fit_reporting(model, frame, y, classes, unlabeled, args):
-    """``model.fit`` with a progress line, and its warnings as one line each on stderr (a
-    convergence failure with the sub-problems that failed and what to try)."""
+def _fit_reporting(model, frame, y, classes, unlabeled, args, weights=None):
+    """``model.fit`` (with ``weights``, the ``--weights`` column) and a progress line, and
+    its warnings as one line each on stderr (a convergence failure with the sub-problems
+    that failed and what to try)."""
     from . import _progress, _status
 
     name = type(model).__name__
@@ -629,6 +673,8 @@ def _fit_reporting(model, frame, y, classes, unlabeled, args):
         _progress.show(f"fit: {name} on {frame.shape[0]} rows x {frame.shape[1]} features ...")
     t0 = time.perf_counter()
     extra = {} if unlabeled is None else {"X_unlabeled": unlabeled}
+    if weights is not None:
+        extra["sample_weight"] = weights
     with warnings.catch_warnings(record=True) as caught, compile_seconds() as compiling:
         warnings.simplefilter("always")
         model.fit(frame, y, classes=classes, **extra)
@@ -831,6 +877,9 @@ def _parser():
     f.add_argument("--out", required=True,
                    help="where to save the model (.npz); never one of the input files, and an "
                         "existing file only with --force")
+    f.add_argument("--weights", metavar="COLUMN",
+                   help="a column of sample weights, not a feature: a row of weight w counts w "
+                        "times (survey weights: rescale them to sum to the row count)")
     f.add_argument("--force", action="store_true", help="replace an existing --out file")
     f.add_argument("--no-standardize", dest="standardize", action="store_false",
                    help="fit the raw columns; by default every model is fitted on columns centred "

@@ -2,6 +2,7 @@
 
 import io
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -880,3 +881,38 @@ def test_the_printed_summary_keeps_small_numbers():
     assert lines[1].split() == ["income", "-8.158e-07", "2.154e-06"]
     assert lines[2].split() == ["affairs", "-0.1075", "0.0154"]
     assert lines[3].split() == ["zero", "0.0000", "-"]
+
+
+def test_a_weight_column_weighs_the_rows_and_is_no_feature(tmp_path, capsys):
+    """``--weights COLUMN`` (a survey analyst's trial: ``--param sample_weight=`` was refused,
+    and ``y ~ .`` fitted the weight column as a predictor)."""
+    from bayesord import OrdinalProbit, load_model
+
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"a": rng.normal(size=80), "b": rng.normal(size=80), "w": rng.uniform(0.5, 2.0, 80)})
+    frame["y"] = np.digitize(frame["a"] - frame["b"] + rng.normal(size=80), [-1.0, 1.0]) + 1
+    frame.to_csv(tmp_path / "d.csv", index=False)
+    X, y, w = frame[["a", "b"]].to_numpy(), frame["y"].to_numpy(), frame["w"].to_numpy()
+    assert main(["fit", str(tmp_path / "d.csv"), "--weights", "w", "--no-standardize", "--out",
+                 str(tmp_path / "m.npz")]) == 0
+    fitted = load_model(tmp_path / "m.npz")
+    expected = OrdinalProbit().fit(X, y, sample_weight=w)
+    assert fitted.n_features_in_ == 2
+    np.testing.assert_allclose(fitted.coef_, expected.coef_, rtol=1e-8)
+    assert main(["fit", str(tmp_path / "d.csv"), "--formula", "y ~ .", "--weights", "w", "--out",
+                 str(tmp_path / "f.npz")]) == 0
+    by_formula = load_model(tmp_path / "f.npz")
+    assert list(by_formula.feature_names_in_) == ["a", "b"]
+    np.testing.assert_allclose(by_formula.coef_, expected.coef_, rtol=1e-8)
+    capsys.readouterr()
+    bad = frame.assign(w=np.where(np.arange(80) == 3, -1.0, frame["w"]), t=["x"] * 80)
+    bad.to_csv(tmp_path / "bad.csv", index=False)
+    for data, extra, message in [
+            ("d.csv", ["--weights", "v"], "has no column 'v'"),
+            ("d.csv", ["--weights", "y"], "'y' is the target column"),
+            ("bad.csv", ["--weights", "y", "--formula", "y ~ a"], "'y' is the formula's response"),
+            ("bad.csv", ["--weights", "w", "--formula", "y ~ a"],
+             r"1 missing, infinite or negative weight\(s\) \(first rows, 0-based: \[3\]\)"),
+            ("bad.csv", ["--weights", "t", "--formula", "y ~ a"], "column 't' is not numeric")]:
+        assert main(["fit", str(tmp_path / data), *extra, "--out", str(tmp_path / "x.npz")]) == 2
+        assert re.search(message, capsys.readouterr().err), message
