@@ -789,11 +789,11 @@ def _predict(args) -> int:
     if args.proba or args.uncertainty:
         proba = model.predict_proba(frame)
         for k, c in enumerate(model.classes_):
-            out[f"P({c})"] = proba[:, k]
+            out[f"P(y={c})"] = proba[:, k]
     if args.uncertainty:
         sd = model.predict_proba_interval(frame)[2]
         for k, c in enumerate(model.classes_):
-            out[f"sd P({c})"] = sd[:, k]
+            out[f"sd P(y={c})"] = sd[:, k]
         if hasattr(model, "predict_latent"):
             mean, var = model.predict_latent(frame)
             out["latent mean"] = mean

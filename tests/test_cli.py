@@ -37,8 +37,8 @@ def test_fit_then_predict_round_trip(tmp_path, capsys):
     preds = tmp_path / "p.csv"
     assert main(["predict", str(model), str(data), "--target", "grade", "--proba", "--out", str(preds)]) == 0
     result = pd.read_csv(preds)
-    assert list(result.columns) == ["prediction", "P(1)", "P(2)", "P(3)"]
-    np.testing.assert_allclose(result[["P(1)", "P(2)", "P(3)"]].sum(axis=1), 1.0, atol=1e-9)
+    assert list(result.columns) == ["prediction", "P(y=1)", "P(y=2)", "P(y=3)"]
+    np.testing.assert_allclose(result[["P(y=1)", "P(y=2)", "P(y=3)"]].sum(axis=1), 1.0, atol=1e-9)
 
 
 def test_bad_target_is_reported_not_raised(tmp_path, capsys):
@@ -83,8 +83,8 @@ def test_isbor_fit_then_predict_with_uncertainty(tmp_path, capsys):
     result = pd.read_csv(preds)
     feats = frame[["a", "b"]]
     assert list(result["prediction"]) == list(fitted.predict(feats))
-    np.testing.assert_allclose(result[["P(lo)", "P(mid)", "P(hi)"]], fitted.predict_proba(feats), rtol=1e-12)
-    np.testing.assert_allclose(result[["sd P(lo)", "sd P(mid)", "sd P(hi)"]], fitted.predict_proba_std(feats),
+    np.testing.assert_allclose(result[["P(y=lo)", "P(y=mid)", "P(y=hi)"]], fitted.predict_proba(feats), rtol=1e-12)
+    np.testing.assert_allclose(result[["sd P(y=lo)", "sd P(y=mid)", "sd P(y=hi)"]], fitted.predict_proba_std(feats),
                                rtol=1e-12)
     mean, var = fitted.predict_latent(feats)
     np.testing.assert_allclose(result["latent sd"], np.sqrt(var), rtol=1e-12)
@@ -99,8 +99,8 @@ def test_probit_predict_with_uncertainty(tmp_path, capsys):
     capsys.readouterr()
     assert main(["predict", str(model), str(data), "--uncertainty"]) == 0
     result = pd.read_csv(io.StringIO(capsys.readouterr().out))
-    assert {"sd P(1)", "latent mean", "latent sd"} <= set(result.columns)
-    assert np.all(result[["sd P(1)", "sd P(2)", "sd P(3)"]] >= 0)
+    assert {"sd P(y=1)", "latent mean", "latent sd"} <= set(result.columns)
+    assert np.all(result[["sd P(y=1)", "sd P(y=2)", "sd P(y=3)"]] >= 0)
 
 
 @pytest.mark.parametrize("args, match", [
@@ -185,7 +185,7 @@ def test_predict_takes_raw_text_columns_for_a_formula_model(tmp_path, datasets_d
     assert main(["predict", str(tmp_path / "mixed.npz"), str(tmp_path / "new.csv"), "--target", "rating",
                  "--uncertainty", "--out", str(out)]) == 0
     got = pd.read_csv(out)
-    np.testing.assert_allclose(got[[f"P({c})" for c in model.classes_]].to_numpy(), model.predict_proba(new),
+    np.testing.assert_allclose(got[[f"P(y={c})" for c in model.classes_]].to_numpy(), model.predict_proba(new),
                                atol=1e-12)
     np.testing.assert_array_equal(got["prediction"], model.predict(new))
     # Fitted and calibrated by cross-fitting from the command line: sets for known and new judges.
@@ -264,7 +264,7 @@ def test_a_formula_fit_calibrates_on_held_out_rows_coded_as_its_own(tmp_path, ca
     lower, upper = ref.predict_set(test, 0.1)
     np.testing.assert_array_equal(got["set lower (alpha=0.1)"], lower)
     np.testing.assert_array_equal(got["set upper (alpha=0.1)"], upper)
-    np.testing.assert_allclose(got[[f"P({k})" for k in range(1, 5)]], ref.predict_proba(test), rtol=1e-10)
+    np.testing.assert_allclose(got[[f"P(y={k})" for k in range(1, 5)]], ref.predict_proba(test), rtol=1e-10)
     np.testing.assert_array_equal(load_model(model_path).predict_set(test, 0.1)[0], lower)
     frame[300:600].drop(columns="y").to_csv(tmp_path / "no_y.csv", index=False)
     tor_path = tmp_path / "tor.npz"
@@ -806,8 +806,8 @@ def test_a_margin_model_calibrated_from_the_command_predicts_probabilities_and_s
     lower, upper = fitted.predict_set(feats, [0.1, 0.3])
     np.testing.assert_array_equal(result["set lower (alpha=0.1)"], lower[:, 0])
     np.testing.assert_array_equal(result["set upper (alpha=0.3)"], upper[:, 1])
-    np.testing.assert_allclose(result[[f"P({k})" for k in range(1, 5)]], fitted.predict_proba(feats), rtol=1e-12)
-    assert "latent mean" not in result.columns and "sd P(4)" in result.columns
+    np.testing.assert_allclose(result[[f"P(y={k})" for k in range(1, 5)]], fitted.predict_proba(feats), rtol=1e-12)
+    assert "latent mean" not in result.columns and "sd P(y=4)" in result.columns
     covered = (result["set lower (alpha=0.1)"] <= test["y"].to_numpy()) & (
         test["y"].to_numpy() <= result["set upper (alpha=0.1)"])
     assert covered.mean() >= 0.86
