@@ -359,7 +359,7 @@ def class_weights(class_weight, codes, sample_weight, classes) -> np.ndarray:
     if not isinstance(class_weight, dict):
         raise TypeError(f"class_weight must be None, 'balanced' or a dict of label -> weight, "
                         f"got {type(class_weight).__name__}")
-    listed = list(classes)
+    listed = np.asarray(classes).tolist()  # Python labels, so the message shows 'low', not np.str_('low')
     unknown = [label for label in class_weight if label not in listed]
     if unknown:
         raise ValueError(f"class_weight names {unknown}, which are not classes; the classes are {listed}")

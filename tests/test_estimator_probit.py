@@ -466,3 +466,12 @@ def test_bad_class_weight(class_weight, error, match):
     y = np.arange(30) % 3
     with pytest.raises(error, match=match):
         OrdinalProbit(class_weight=class_weight).fit(X, y)
+
+
+def test_a_class_weight_typo_lists_the_classes_as_labels():
+    """The classes were shown as np.str_('very poor') reprs."""
+    X = np.random.default_rng(0).normal(size=(30, 2))
+    y = np.array(["low", "mid", "high"] * 10)
+    with pytest.raises(ValueError, match=r"names \['hgh'\], which are not classes; the classes are "
+                                         r"\['low', 'mid', 'high'\]$"):
+        OrdinalProbit(classes=["low", "mid", "high"], class_weight={"hgh": 2.0}).fit(X, y)
