@@ -142,3 +142,14 @@ def test_a_one_column_frame_of_labels_is_told_to_pass_the_column():
         encode_labels(frame)
     with pytest.raises(ValueError, match=r"column vector of shape \(n, 1\): use y\.ravel\(\)"):
         encode_labels(frame.to_numpy())
+
+
+def test_an_unused_category_of_the_labels_is_named_with_the_remedy():
+    from bayesord import OrdinalProbit
+
+    y = pd.Series(pd.Categorical(["lo", "mid"] * 10, categories=["lo", "mid", "hi"], ordered=True))
+    X = np.random.default_rng(0).normal(size=(20, 1))
+    with pytest.raises(ValueError, match=r"classes \['hi'\] have no training samples; they are categories of y "
+                                         r"that no row holds .* y\.cat\.remove_unused_categories\(\) drops them"):
+        OrdinalProbit().fit(X, y)
+    assert OrdinalProbit().fit(X, y.cat.remove_unused_categories()).classes_.tolist() == ["lo", "mid"]

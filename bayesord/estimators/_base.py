@@ -474,7 +474,10 @@ class OrdinalEstimator(ParamsMixin):
             )
         if require_all_classes and present.size < len(classes_):
             missing = np.delete(np.asarray(classes_), present).tolist()
-            raise ValueError(f"classes {missing} have no training samples; {self._why_every_class}")
+            unused = ("; they are categories of y that no row holds (as after subsetting a "
+                      "Categorical): y.cat.remove_unused_categories() drops them"
+                      if classes is None and (hasattr(y, "cat") or type(y).__name__ == "Categorical") else "")
+            raise ValueError(f"classes {missing} have no training samples{unused}; {self._why_every_class}")
         # Not a stream's batch, which may be small, nor the library's own refits.
         if require_all_classes and not _INTERNAL_FIT.get() and not self._ranks_any_target:
             warn_if_continuous_target(type(self).__name__, codes[sw > 0], len(classes_))
