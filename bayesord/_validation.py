@@ -445,8 +445,9 @@ def encode_labels(y, classes: Sequence[Any] | None = None, n: int | None = None)
                 )
             classes = list(cat.categories)
         elif cat.ordered:
-            own = [c for c in cat.categories if _label_key(c) in {_label_key(k) for k in classes}]
-            given = [c for c in classes if _label_key(c) in {_label_key(k) for k in own}]
+            given_keys, own_keys = {_label_key(k) for k in classes}, {_label_key(c) for c in cat.categories}
+            own = [c for c in cat.categories if _label_key(c) in given_keys]
+            given = [c for c in classes if _label_key(c) in own_keys]
             if [_label_key(c) for c in own] != [_label_key(c) for c in given]:
                 raise ValueError(f"y is an ordered Categorical whose order ({' < '.join(map(str, own))}) is not "
                                  f"the order of classes ({' < '.join(map(str, given))}): pass one order")
@@ -544,9 +545,12 @@ def _labels_at(mask, what: str) -> str:
 def _refuse_missing_labels(values, what: str = "y") -> None:
     """A missing label (None, NaN, ``pd.NA``) is refused with the rows that hold one."""
     values = np.asarray(values)
-    missing = (np.isnan(values) if values.dtype.kind == "f"
-               else np.array([_is_missing(v) for v in values.tolist()], dtype=bool) if values.dtype == object
-               else np.zeros(values.shape, dtype=bool))
+    if values.dtype.kind == "f":
+        missing = np.isnan(values)
+    elif values.dtype == object:
+        missing = np.array([_is_missing(v) for v in values.tolist()], dtype=bool)
+    else:
+        return  # integers, text
     if missing.any():
         raise ValueError(f"{what} contains {_labels_at(missing, 'missing')}, NaN or None; drop those rows or "
                          "fill in their labels")
