@@ -1024,8 +1024,15 @@ def main(argv=None) -> int:
         the output that leaves early (``| head``) is not an error (:class:`_ReaderMayLeave`).
     """
     args = _parser().parse_args(argv)  # --help and argument errors exit here, before JAX loads
+    shown = set()
+
+    def show_once(message, *_, **__):  # predict's labels and probabilities may warn alike
+        if str(message) not in shown:
+            shown.add(str(message))
+            _warning_line(args.command, message)
+
     with warnings.catch_warnings(), contextlib.redirect_stdout(_ReaderMayLeave(sys.stdout)):
-        warnings.showwarning = lambda message, *_, **__: _warning_line(args.command, message)
+        warnings.showwarning = show_once
         try:
             return args.func(args)
         except (ValueError, TypeError, OSError) as err:

@@ -377,6 +377,22 @@ def test_text_group_labels_and_unseen_groups(small):
     np.testing.assert_allclose(unseen, model.predict_proba(X[:2], [-1, -2]), atol=1e-10)
 
 
+def test_group_labels_written_as_another_type_are_the_fitted_groups(small):
+    """A CSV's group column with one text label is read as text: its known groups ("3") were
+    predicted as new ones (a user's trial); they are the fitted groups, with a warning."""
+    from bayesord.estimators._mixed import _group_codes
+
+    X, _, g, model = small
+    as_text = np.array([str(j) for j in g[:6]], dtype=object)
+    with pytest.warns(UserWarning, match=r"group label\(s\) '.*' are the fitted groups of the same value written "
+                                         r"as another type"):
+        np.testing.assert_array_equal(model.predict_proba(X[:6], as_text), model.predict_proba(X[:6], g[:6]))
+    codes, retyped = _group_codes([1, 2, 10], ["2", "10.0", "J10", 1, 2.0])
+    assert codes.tolist() == [1, 2, -1, 0, 1] and retyped == ["2", "10.0"]
+    codes, retyped = _group_codes(["1", "2", "x"], [1, 2.0, 3, "x", 2.5])
+    assert codes.tolist() == [0, 1, -1, 2, -1] and retyped == [1, 2.0]
+
+
 # ---------------------------------------------------------------- marginal effects
 def _plugin_proba_scipy(coef, thresholds, effects, X, groups, cdf):
     u = np.where(groups >= 0, effects[np.maximum(groups, 0)], 0.0)
@@ -448,6 +464,8 @@ def test_bad_groups_are_refused():
     X, y, g = _simulate(n_groups=4, per_group=5)
     with pytest.raises(ValueError, match="at least two groups"):
         OrdinalMixed().fit(X, y, np.zeros(len(y)))
+    with pytest.raises(ValueError, match=r"as many levels as rows \(20\): one row per group"):
+        OrdinalMixed().fit(X, y, np.arange(len(y)))
     with pytest.raises(ValueError, match="missing values at rows \\[2\\]"):
         OrdinalMixed().fit(X, y, np.r_[g[:2], np.nan, g[3:]])
     with pytest.raises(ValueError, match="different lengths"):
