@@ -185,8 +185,9 @@ class ISBORConfig:
                 f"({self.n_classes}); the initial active set holds one basis function per class"
             )
         for name in ("max_iter", "block_size", "newton_max_iter", "degree", "patience"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
+            value = getattr(self, name)
+            if isinstance(value, bool) or value < 1 or value != int(value):
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
 @result_type

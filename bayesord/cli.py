@@ -1020,7 +1020,8 @@ def main(argv=None) -> int:
 
     Returns:
         0, or 2 after one line ``bayesord <command>: error: ...`` on stderr for bad input,
-        a damaged model file or an output that cannot or may not be written.  A reader of
+        a damaged model file, an output that cannot or may not be written, or a fit that
+        failed numerically (a solver's ``FloatingPointError``).  A reader of
         the output that leaves early (``| head``) is not an error (:class:`_ReaderMayLeave`).
     """
     args = _parser().parse_args(argv)  # --help and argument errors exit here, before JAX loads
@@ -1035,7 +1036,7 @@ def main(argv=None) -> int:
         warnings.showwarning = show_once
         try:
             return args.func(args)
-        except (ValueError, TypeError, OSError) as err:
+        except (ValueError, TypeError, OSError, ArithmeticError) as err:
             progress = sys.modules.get(f"{__package__}._progress")  # loaded with JAX, if at all
             if progress is not None:
                 progress.finish()

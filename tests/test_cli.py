@@ -916,3 +916,20 @@ def test_a_weight_column_weighs_the_rows_and_is_no_feature(tmp_path, capsys):
             ("bad.csv", ["--weights", "t", "--formula", "y ~ a"], "column 't' is not numeric")]:
         assert main(["fit", str(tmp_path / data), *extra, "--out", str(tmp_path / "x.npz")]) == 2
         assert re.search(message, capsys.readouterr().err), message
+
+
+def test_a_fit_that_fails_numerically_is_one_error_line(tmp_path, capsys, monkeypatch):
+    """A solver's FloatingPointError (a Cholesky factorisation that failed) came out as a
+    traceback and exit status 1."""
+    from bayesord import OrdinalProbit
+
+    def failing(self, *args, **kwargs):
+        raise FloatingPointError("OrdinalProbit: a matrix that must be positive definite failed its Cholesky "
+                                 "factorisation")
+
+    monkeypatch.setattr(OrdinalProbit, "fit", failing)
+    (tmp_path / "d.csv").write_text("a,y\n" + "".join(f"{i % 7},{1 + i % 3}\n" for i in range(30)))
+    assert main(["fit", str(tmp_path / "d.csv"), "--out", str(tmp_path / "m.npz")]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1].startswith("bayesord fit: error: OrdinalProbit: a matrix that must be positive definite")
+    assert [line for line in err if "error" in line or "Traceback" in line] == err[-1:]

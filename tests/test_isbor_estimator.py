@@ -105,6 +105,7 @@ def test_monotone_relabelling_gives_same_fit(model, data):
     (dict(capacity=2), "capacity"),
     (dict(kernel="laplace"), "kernel"),
     (dict(max_iter=0), "max_iter"),
+    (dict(kernel="poly", degree=2.5), r"degree must be a positive integer, got 2\.5"),
     (dict(n_centres=2), "n_centres"),
     (dict(n_centres="many"), "n_centres must be 'auto'"),
     (dict(theta_selection="waic"), "theta_selection"),
@@ -505,6 +506,11 @@ def test_sbor_estimator_and_precomputed_basis(data):
     ref = small_model().fit(X, y)
     np.testing.assert_allclose(pre.log_evidence_, ref.log_evidence_, rtol=1e-8)
     np.testing.assert_array_equal(pre.relevance_indices_, ref.relevance_indices_)
+    # A given basis has no width to choose: the default theta="auto" fits it as given (it
+    # asked for a number that the fit never reads).
+    auto = small_model(kernel="precomputed", theta="auto").fit(B, y)
+    np.testing.assert_array_equal(auto.relevance_indices_, pre.relevance_indices_)
+    np.testing.assert_array_equal(auto.predict_proba(B[:5]), pre.predict_proba(B[:5]))
 
 
 def test_to_inference_data_for_isbor(model, data):

@@ -266,7 +266,9 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         key, k_centres, k_sel = jax.random.split(key, 3)
         cand = self._candidates(Xj, swj, k_centres)
         sigma_factor, integrate = 1.0, True
-        if isinstance(self.theta, str):
+        if isinstance(self.theta, str) and self.kernel == "precomputed":
+            theta = 1.0  # the basis is given: no width to choose, and none that the fit reads
+        elif isinstance(self.theta, str):
             theta, scores, sigma_factor, integrate = self._select_theta(Xj, yj, swj, n_classes, k_sel, rng)
             self.theta_grid_scores_ = scores
         else:
@@ -361,8 +363,6 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         if subsampled:
             X, y, sw = X[rows], y[rows], sw[rows]
             n = rows.size
-        if self.kernel == "precomputed":
-            raise ValueError("theta='auto' needs a kernel to evaluate; give a number with a precomputed basis")
         cand = self._candidates(X, sw, key)
         config = self._config(n, cand.shape[0], n_classes, X.dtype)
         thetas = jnp.asarray(grid, X.dtype)
@@ -641,7 +641,8 @@ class ISBOR(_SparseBayesOrdinal):
         kernel: ``"rbf"`` (default), ``"linear"``, ``"poly"`` or ``"precomputed"`` (then ``X``
             is the square basis matrix at fit time and ``(n, n_train)`` at predict time).
         theta: kernel width, or ``"auto"`` to select it from ``theta_grid`` (the linear
-            kernel has none: ``"auto"`` gives 1 and ``theta_grid`` is not read).
+            kernel has none: ``"auto"`` gives 1 and ``theta_grid`` is not read; a
+            precomputed basis has none either, and is fitted as given).
         theta_grid: candidate widths for ``theta="auto"``: ``"scale"`` (default) for
             ``(0.1, 0.3, 1, 3) / d'``, ``d'`` the number of non-constant columns (the fit
             standardises its columns, so ``1 / d'`` is scikit-learn's ``gamma="scale"`` on
