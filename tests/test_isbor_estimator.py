@@ -629,3 +629,23 @@ def test_width_selection_subsamples_only_above_one_and_a_half_times_its_rows():
     X, y = tiny_data()
     with pytest.raises(ValueError, match="needs the selection to use every row"):
         ISBOR(selection_max_samples=10, cv=[(np.arange(20), np.arange(20, 40))]).fit(X[:40], y[:40])
+
+
+def test_cross_fitted_copies_use_the_models_width_and_spread(data, monkeypatch):
+    """calibrate(cv=k) copies of a model whose width was chosen fit at that width and predict
+    with its spread: a width search per copy chose other widths on a user's data (CV scores
+    nearly flat over the grid), two of them filling their capacity."""
+    X, y = data
+    model = small_model(theta="auto", theta_grid=(0.1, 1.0), capacity=32).fit(X, y)
+    made = []
+    original = ISBOR._fit_copy
+
+    def recording(self, *args):
+        copy = original(self, *args)
+        made.append((copy.theta, copy.theta_, copy.sigma_factor_, copy.integrate_thresholds_))
+        return copy
+
+    monkeypatch.setattr(ISBOR, "_fit_copy", recording)
+    model.calibrate(X, y, cv=3, random_state=0)
+    expected = (model.theta_, model.theta_, model.sigma_factor_, model.integrate_thresholds_)
+    assert made == [expected] * 3
