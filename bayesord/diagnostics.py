@@ -647,7 +647,8 @@ def _action_names(actions) -> list:
 
 
 def relevance_table(indices, alpha=None, weights=None, weights_sd=None):
-    """One row per relevance vector: its training-row index, precision and weight.
+    """One row per relevance vector: its training row (0-based position, ``X.iloc[row]``
+    whatever a DataFrame's index), precision and weight.
 
     Call it with a fitted :class:`bayesord.ISBOR` / :class:`bayesord.SBOR` (or an
     :class:`bayesord.ISBORResult`), ``relevance_table(model)``, or with the arrays.

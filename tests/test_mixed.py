@@ -668,8 +668,10 @@ def test_arviz_log_likelihood_is_each_rows_at_its_judges_drawn_effect(wine_logit
                                    rtol=1e-10)
     assert set(np.unique(idata.posterior_predictive["y"].values)) <= set(wine_logit.classes_)
     assert idata.observed_data["y"].values.tolist() == wine["rating"].tolist()
-    with pytest.raises(ValueError, match="every row must be in a group the model was fitted on"):
-        wine_logit.to_inference_data(wine.assign(judge=99), wine["rating"], draws=10, chains=1)
+    with pytest.raises(ValueError, match=r"every row must be in a group the model was fitted on, and 2 row\(s\) "
+                                         r"are not \(first rows, 0-based: \[3, 40\]\)"):
+        wine_logit.to_inference_data(wine.assign(judge=np.where(np.isin(np.arange(len(wine)), [3, 40]), 99,
+                                                                wine["judge"])), wine["rating"], draws=10, chains=1)
     with pytest.raises(ValueError, match="pass X and y together"):
         wine_logit.to_inference_data(wine, draws=10, chains=1)
 

@@ -514,7 +514,8 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
     def summary(self, level=0.95):
         """Posterior of the relevance-vector weights, and the thresholds, as a table.
 
-        One row per relevance vector (``rv <training row>``: posterior mean, sd and central
+        One row per relevance vector (``rv <i>``, ``i`` its 0-based position among the training
+        rows, ``X.iloc[i]``, whatever a DataFrame's index: posterior mean, sd and central
         ``level`` interval of its weight, and its prior precision alpha), then one row per
         threshold (its type-II maximum-likelihood estimate, with the sd of the joint Laplace
         posterior of weights and thresholds there; alpha is NaN).
@@ -743,7 +744,8 @@ class ISBOR(_SparseBayesOrdinal):
             back into Python is not cached).  The results do not change.
 
     Attributes:
-        relevance_indices_: training-row indices of the relevance vectors.
+        relevance_indices_: the relevance vectors' 0-based positions among the training rows
+            (``X.iloc[i]`` of a DataFrame, not its index label ``X.loc[i]``).
         relevance_vectors_: the relevance vectors (rows of X).
         coef_: posterior mean of their weights.
         coef_cov_: posterior covariance of their weights.

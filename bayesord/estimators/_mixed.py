@@ -776,8 +776,10 @@ class OrdinalMixed(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         observed = self._encode_y(y, X.shape[0])
         codes = codes.reshape(X.shape[0], -1)
         if np.any(codes < 0):
-            raise ValueError("the log-likelihood takes each row's latent value at its group's effect: "
-                             "every row must be in a group the model was fitted on")
+            rows = np.flatnonzero((codes < 0).any(axis=1))
+            raise ValueError(f"the log-likelihood takes each row's latent value at its group's effect: every row "
+                             f"must be in a group the model was fitted on, and {rows.size} row(s) are not (first "
+                             f"rows, 0-based: {rows[:5].tolist()}); leave them out of the export")
         levels = self.groups_ if codes.shape[1] > 1 else [self.groups_]
         first = np.cumsum([0] + [len(lv) for lv in levels])[:-1]  # each factor's first row of effects
         dtype = float_dtype()
