@@ -70,7 +70,8 @@ VARIANTS = {"ISBOR absolute grid": lambda seed: bayesord.ISBOR(theta_grid=(0.01,
             "PRank unaveraged": lambda seed: bayesord.PRank(averaged=False, random_state=seed),
             "ISBOR linear": lambda seed: bayesord.ISBOR(kernel="linear", random_state=seed),
             "OrdinalProbit ard": lambda seed: bayesord.OrdinalProbit(prior="ard", random_state=seed),
-            "ISBOR uncalibrated": lambda seed: bayesord.ISBOR(calibrate_sigma=False, random_state=seed)}
+            "ISBOR uncalibrated": lambda seed: bayesord.ISBOR(calibrate_sigma=False, random_state=seed),
+            "ISBOR probit": lambda seed: bayesord.ISBOR(link="probit", random_state=seed)}
 
 
 class _Majority:

@@ -19,7 +19,7 @@ from test_isbor import N, tiny_data  # tests/ is on sys.path (pytest prepend imp
 
 
 def small_model(**kw):
-    params = dict(theta=1.0, capacity=16, max_iter=60, random_state=0)
+    params = dict(theta=1.0, capacity=16, max_iter=60, link="probit", random_state=0)
     params.update(kw)
     return ISBOR(**params)
 
