@@ -318,10 +318,12 @@ def test_float32_fit_is_as_good_as_float64(est):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # TOR without unlabeled rows
         warnings.simplefilter("error", ConvergenceWarning)
-        mae64 = np.mean(np.abs(clone(est).fit(X, y).predict(X) - y))
+        errors64 = np.sum(np.abs(clone(est).fit(X, y).predict(X) - y))
         with jax.enable_x64(False):
-            mae32 = np.mean(np.abs(clone(est).fit(X, y).predict(X) - y))
-    assert abs(mae32 - mae64) <= 0.05
+            errors32 = np.sum(np.abs(clone(est).fit(X, y).predict(X) - y))
+    # Within 0.05 in MAE: 3 class steps over the 60 rows (counted, so that 3/60 is not
+    # rounded above 0.05: ISBOR's logit fit, 11 against 14 steps, failed that way)
+    assert abs(errors32 - errors64) <= 0.05 * len(y)
 
 
 # (estimator, fit keyword arguments): every estimator, kernels and CV included.
