@@ -603,7 +603,10 @@ def fit_isbor(X, y, weights, cand_index, cand_valid, key, theta, *, config: ISBO
         cand_index: training rows (basis columns) that may become relevance vectors, (N_c,).
         cand_valid: which of them may be used, (N_c,) bool.
         key: PRNG key for the initial one-per-class draw.
-        theta: kernel width (traced; ``vmap`` over it to fit a grid).
+        theta: kernel width (traced: a grid of widths is one program under ``jax.lax.map``,
+            which gives each width the single fit's result; under ``vmap`` the batched
+            products round differently, and the greedy selection can part from the single
+            fit after tens of iterations).
         config: :class:`ISBORConfig` (static).
         min_delta: stopping tolerance on the log evidence (Algorithm 1, line 17).
         alpha_init: alpha of the initial basis functions (Section 5.1.4).
