@@ -10,7 +10,6 @@ strings with an explicit ``classes=`` order.  Internally they become 0..K-1.
 
 from __future__ import annotations
 
-import sys
 from typing import Any, Sequence
 
 import numpy as np
@@ -529,12 +528,6 @@ def encode_known_labels(values, classes: Sequence[Any], what: str = "y"):
     return codes, classes_out
 
 
-def _is_missing(v) -> bool:
-    pandas = sys.modules.get("pandas")  # pd.NA can only come from a loaded pandas
-    return (v is None or (pandas is not None and v is pandas.NA)
-            or (isinstance(v, (float, np.floating)) and np.isnan(v)))
-
-
 def _labels_at(mask, what: str) -> str:
     """``"2 missing label(s) (first rows, 0-based: [4, 17])"``, the wording of
     :func:`missing_cells_message` for labels."""
@@ -548,7 +541,9 @@ def _refuse_missing_labels(values, what: str = "y") -> None:
     if values.dtype.kind == "f":
         missing = np.isnan(values)
     elif values.dtype == object:
-        missing = np.array([_is_missing(v) for v in values.tolist()], dtype=bool)
+        import pandas as pd  # pd.isna knows None, NaN and pd.NA, as the group labels' check reads them
+
+        missing = np.asarray(pd.isna(values), dtype=bool)
     else:
         return  # integers, text
     if missing.any():

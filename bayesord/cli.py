@@ -205,16 +205,16 @@ def _read_table(path, target, argument="DATA"):
         raise ValueError(f"argument {argument}: {err}") from None
 
 
-def _checked_weights(column):
-    """The ``--weights`` column as float64 weights: numbers, none missing or negative."""
+def _checked_weights(column, name):
+    """The ``--weights`` column ``name`` as float64 weights: numbers, none missing or negative."""
     values = np.asarray(column)
     if values.dtype.kind not in "iufb":
-        raise ValueError(f"argument --weights: column {column.name!r} is not numeric")
+        raise ValueError(f"argument --weights: column {name!r} is not numeric")
     values = values.astype(np.float64)
     bad = ~np.isfinite(values) | (values < 0)
     if bad.any():
         rows = np.flatnonzero(bad)[:5].tolist()
-        raise ValueError(f"argument --weights: column {column.name!r} has {int(bad.sum())} missing, infinite or "
+        raise ValueError(f"argument --weights: column {name!r} has {int(bad.sum())} missing, infinite or "
                          f"negative weight(s) (first rows, 0-based: {rows})")
     return values
 
@@ -229,10 +229,8 @@ def _weight_column(X, names, args):
     if args.weights not in names:
         raise ValueError(f"argument --weights: {args.data} has no column {args.weights!r}; columns are "
                          f"{[args.target, *names]}")
-    import pandas as pd
-
     j = list(names).index(args.weights)
-    weights = _checked_weights(pd.Series(X[:, j], name=args.weights))
+    weights = _checked_weights(X[:, j], args.weights)
     return np.delete(X, j, axis=1), [c for c in names if c != args.weights], weights
 
 
@@ -481,7 +479,7 @@ def _fit_formula(args) -> int:
         if args.weights not in frame.columns:
             raise ValueError(f"argument --weights: {args.data} has no column {args.weights!r}; columns are "
                              f"{[str(c) for c in frame.columns]}")
-        weights = _checked_weights(frame.pop(args.weights))
+        weights = _checked_weights(frame.pop(args.weights), args.weights)
     if args.target is not None and args.target != response:
         raise ValueError(f"--target {args.target!r} is not the formula's response {response!r}: with "
                          "--formula the response is the formula's (leave --target out)")
