@@ -68,7 +68,7 @@ from ._linalg import safe_cholesky
 from ._links import check_link
 from ._precision import jit
 from ._results import mode_labels, result_type
-from ._status import Status
+from ._status import Status, checks_codes
 from ._thresholds import initial_thresholds, thresholds_from_params
 from ._validation import floating_dtype
 
@@ -360,6 +360,7 @@ def _prox_newton(smooth, eta0, lam, rtol, max_iter, max_sweeps=200):
 
 
 @partial(jit, static_argnames=("config",))
+@checks_codes("y")
 def fit_clm(A, y, weights, rtol, columns: CLMColumns, *, config: CLMConfig) -> CLMResult:
     """Fit the cumulative link model (1) by maximum likelihood, with its Laplace posterior.
 

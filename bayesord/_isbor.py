@@ -99,7 +99,7 @@ from ._mesh import partitioned
 from ._precision import jit
 from ._progress import batch_label, emit
 from ._results import check_settings, result_type
-from ._status import Status
+from ._status import Status, checks_codes
 from ._thresholds import initial_thresholds, params_from_thresholds, thresholds_from_params
 
 __all__ = [
@@ -586,6 +586,7 @@ class _State(NamedTuple):
 
 @partial(jit, static_argnames=("config",))
 @partitioned
+@checks_codes("y")
 def fit_isbor(X, y, weights, cand_index, cand_valid, key, theta, *, config: ISBORConfig,
               min_delta=1e-2, alpha_init=1e-3, alpha_max=1e10, newton_rtol=1e-10, hyper_lr=0.1):
     """Fit ISBOR by Algorithm 1 (sequential Tipping-Faul selection on the Laplace evidence).
@@ -820,6 +821,7 @@ class _SBORState(NamedTuple):
 
 
 @partial(jit, static_argnames=("config",))
+@checks_codes("y")
 def fit_sbor(X, y, weights, cand_index, cand_valid, theta, *, config: ISBORConfig,
              min_delta=1e-2, alpha_init=1.0, alpha_max=1e10, alpha_tol=1e-1,
              newton_rtol=1e-10, hyper_lr=0.1):

@@ -88,7 +88,7 @@ from ._links import check_link
 from ._mesh import partitioned
 from ._precision import jit
 from ._results import mode_labels, result_type
-from ._status import Status
+from ._status import Status, checks_codes
 from ._thresholds import initial_thresholds, thresholds_from_params, thresholds_jacobian
 
 __all__ = [
@@ -679,6 +679,7 @@ def _effects_posterior(v, eta, eta_cov, args, config):
 
 @partial(jit, static_argnames=("config",))
 @partitioned
+@checks_codes("y")
 def fit_mixed(X, y, groups, weights, rtol, *, config: MixedConfig) -> MixedResult:
     """Fit the ordinal mixed model by maximising the Laplace likelihood (1).
 

@@ -85,7 +85,7 @@ from ._progress import emit, prefix
 from ._results import Prediction, result_type
 from ._sparse import PaddedRows, row_dots
 from ._splits import kfold_masks
-from ._status import final_status, warn_user
+from ._status import checks_codes, final_status, warn_user
 
 __all__ = [
     "NPSVORConfig",
@@ -557,6 +557,7 @@ def _solve(X, ytilde, in_I, upper, eps, tol, key, config):
 _fit_problems = jit_serial_cpu(_solve, static_argnames=("config",))
 
 
+@checks_codes("codes")
 def fit_npsvor(X: PaddedRows, codes, n_classes: int, C1, C2, eps, tol, key,
                config: NPSVORConfig, sample_weight=None) -> NPSVORResult:
     """Fit all p rank hyperplanes of linear NPSVOR (Eq. 4), for one or a grid of settings.
@@ -579,7 +580,12 @@ def fit_npsvor(X: PaddedRows, codes, n_classes: int, C1, C2, eps, tol, key,
         sample_weight: optional non-negative row weights.
 
     Returns:
-        :class:`NPSVORResult` with leading axes (*S, p).
+        :class:`NPSVORResult` with leading axes (*S, p); status ``INVALID_CODES`` where a
+        code lies outside 0..p-1 (labels passed for codes).
+
+    Raises:
+        ValueError: ``config.n_features`` is not X's column count, or ``codes`` is not one
+            per row.
 
     Example:
         >>> import jax, numpy as np
@@ -591,6 +597,11 @@ def fit_npsvor(X: PaddedRows, codes, n_classes: int, C1, C2, eps, tol, key,
         >>> res.coef.shape
         (3, 5)
     """
+    if X.n_features != config.n_features:
+        raise ValueError(f"config.n_features={config.n_features} but X has {X.n_features} columns (count the bias "
+                         f"column when X has one)")
+    if np.shape(codes) != (X.shape[0],):
+        raise ValueError(f"codes must have shape ({X.shape[0]},), one per row of X; got shape {np.shape(codes)}")
     if config.n_classes is None:
         config = dataclasses.replace(config, n_classes=n_classes)
     elif config.n_classes != n_classes:

@@ -64,7 +64,7 @@ from ._loops import jit_serial_cpu
 from ._precision import jit
 from ._results import Prediction, check_settings, result_type
 from ._sparse import PaddedRows, row_axpy, row_dot, row_dots, row_sq_norms
-from ._status import final_status
+from ._status import checks_codes, final_status
 from ._validation import floating_dtype
 
 __all__ = [
@@ -423,6 +423,7 @@ def _fit_primal_weights_impl(X, y, sample_weights, key, hyper, state, config):
 _fit_primal_weights = jit_serial_cpu(_fit_primal_weights_impl, static_argnames=("config",))
 
 
+@checks_codes("y")
 def fit_perceptron(X, y, config: PerceptronConfig, *, sample_weight=None, key=None,
                    hyper: PerceptronHyper | None = None,
                    state: PerceptronState | None = None) -> PerceptronResult:
@@ -455,9 +456,11 @@ def fit_perceptron(X, y, config: PerceptronConfig, *, sample_weight=None, key=No
     """
     X, key, hyper, state = _primal_inputs(X, config, key, hyper, state)
     sw = jnp.ones((X.shape[0],), X.dtype) if sample_weight is None else jnp.asarray(sample_weight, X.dtype)
+    _check_lengths(X.shape[0], y=y, sample_weight=sw)
     return _fit_primal(X, jnp.asarray(y, jnp.int32), sw, key, hyper, state, config)
 
 
+@checks_codes("y")
 def fit_perceptron_weights(X, y, config: PerceptronConfig, sample_weights, *, key=None,
                            hyper: PerceptronHyper | None = None,
                            state: PerceptronState | None = None) -> PerceptronResult:
@@ -488,7 +491,15 @@ def fit_perceptron_weights(X, y, config: PerceptronConfig, sample_weights, *, ke
     if sw.ndim != 2 or sw.shape[1] != X.shape[0]:
         raise ValueError(f"sample_weights must be (m, {X.shape[0]}), one row of weights per fit; got "
                          f"shape {sw.shape}")
+    _check_lengths(X.shape[0], y=y)
     return _fit_primal_weights(X, jnp.asarray(y, jnp.int32), sw, key, hyper, state, config)
+
+
+def _check_lengths(n, **arrays):
+    """Raise ValueError unless every named array has shape (n,): one entry per row of X."""
+    for name, a in arrays.items():
+        if np.shape(a) != (n,):
+            raise ValueError(f"{name} must have shape ({n},), one entry per row of X; got shape {np.shape(a)}")
 
 
 def _primal_inputs(X, config, key, hyper, state):
@@ -543,6 +554,7 @@ def _fit_dual(X, y, sample_weight, key, hyper, state, config):
     return KernelPerceptronResult(config, X, hyper, *_train(sample_step, state, key, n, config))
 
 
+@checks_codes("y")
 def fit_kernel_perceptron(X, y, config: PerceptronConfig, *, sample_weight=None, key=None,
                           hyper: PerceptronHyper | None = None) -> KernelPerceptronResult:
     """Train the dual (kernel) structured perceptron with atom counting (Fig. 5), jitted.
@@ -574,6 +586,7 @@ def fit_kernel_perceptron(X, y, config: PerceptronConfig, *, sample_weight=None,
         raise ValueError("config.shuffle=True needs a PRNG key")
     key = jax.random.PRNGKey(0) if key is None else key
     sw = jnp.ones((n,), dtype) if sample_weight is None else jnp.asarray(sample_weight, dtype)
+    _check_lengths(n, y=y, sample_weight=sw)
     hyper = make_hyper(dtype) if hyper is None else PerceptronHyper(*(jnp.asarray(h, dtype) for h in hyper))
     return _fit_dual(X, jnp.asarray(y, jnp.int32), sw, key, hyper, state, config)
 

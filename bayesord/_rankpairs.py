@@ -76,7 +76,7 @@ from ._basis import fit_kernel_map, kernel_matrix, transform_kernel_map
 from ._precision import jit
 from ._results import Prediction, result_type
 from ._sparse import PaddedRows, rmatvec, row_dots
-from ._status import Status
+from ._status import Status, checks_codes
 from ._validation import floating_dtype
 
 __all__ = [
@@ -684,6 +684,7 @@ def _result(config, c, end, coef, basis, gamma, codes, weights):
 
 
 @partial(jit, static_argnames="config")
+@checks_codes("codes")
 def fit_rankpairs_linear(X, codes, weights, C, eps, config: RankPairsConfig, pairs=None, pair_weights=None):
     """Linear swapped-pairs SVM (Eq. 9, Algorithm 1 with Algorithm 2's search).
 
@@ -725,6 +726,7 @@ def rbf_kernel(A, B, gamma):
 
 
 @partial(jit, static_argnames="config")
+@checks_codes("codes")
 def fit_rankpairs_kernel(X, codes, weights, C, gamma, eps, config: RankPairsConfig, pairs=None, pair_weights=None):
     """Exact Gaussian-kernel swapped-pairs SVM: forms the n × n Gram matrix (moderate n).
 
@@ -742,6 +744,7 @@ def fit_rankpairs_kernel(X, codes, weights, C, gamma, eps, config: RankPairsConf
 
 
 @partial(jit, static_argnames="config")
+@checks_codes("codes")
 def fit_rankpairs_gram(K, codes, weights, C, eps, config: RankPairsConfig, pairs=None, pair_weights=None):
     """Swapped-pairs SVM on a precomputed PSD Gram matrix K (n, n) of any kernel.
 
@@ -762,6 +765,7 @@ def _fit_gram(K, codes, weights, C, eps, config, pairs, pair_weights):
 
 
 @partial(jit, static_argnames="config")
+@checks_codes("codes")
 def fit_rankpairs_nystroem(X, codes, weights, C, gamma, eps, key, config: RankPairsConfig, pairs=None,
                            pair_weights=None):
     """Low-rank Gaussian-kernel swapped-pairs SVM (Nyström, ``config.n_components`` landmarks).

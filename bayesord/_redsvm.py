@@ -65,7 +65,7 @@ from ._loops import jit_serial_cpu, permutation
 from ._precision import jit
 from ._results import Prediction, result_type
 from ._sparse import PaddedRows, rmatvec, row_dots, row_sq_norms
-from ._status import final_status
+from ._status import checks_codes, final_status
 
 __all__ = [
     "LOSSES",
@@ -457,6 +457,7 @@ def _fit_redsvm_impl(X, codes, c, alpha0, b0, tol, key, config):
 _fit_redsvm_jit = jit_serial_cpu(_fit_redsvm_impl, static_argnames=("config",))
 
 
+@checks_codes("codes")
 def fit_redsvm(X, codes, c, config: RedSVMConfig, *, tol=1e-6, key=None, alpha0=None, b0=0.0):
     """Solve Eq. (9) for the extended binary ordinal SVM (RED-SVM) with any Table II loss.
 

@@ -10,12 +10,14 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import enum
+import functools
+import inspect
 import os
 import sys
 import warnings
 
-__all__ = ["OneClassWarning", "Status", "convergence_warning", "status_message", "check_status", "warn_user",
-           "warned_once", "warnings_at_caller"]
+__all__ = ["OneClassWarning", "Status", "check_status", "checks_codes", "convergence_warning", "flag_invalid_codes",
+           "status_message", "warn_user", "warned_once", "warnings_at_caller"]
 
 
 def convergence_warning():
@@ -45,6 +47,7 @@ class Status(enum.IntEnum):
     LINESEARCH_FAILED = 4
     CAPACITY_REACHED = 5
     DIVERGED = 6
+    INVALID_CODES = 7
 
 
 _MESSAGES = {
@@ -55,6 +58,8 @@ _MESSAGES = {
     Status.LINESEARCH_FAILED: "the line search could not find a step that improves the objective",
     Status.CAPACITY_REACHED: "a fixed-capacity buffer (active set or working set) is full",
     Status.DIVERGED: "the iterates diverged",
+    Status.INVALID_CODES: ("a class code lies outside 0..K-1 or is not a whole number: the functional fits take "
+                           "codes, not labels (codes = np.searchsorted(classes, labels))"),
 }
 
 # Codes after which the returned model is still usable (a warning, not an error).
@@ -156,6 +161,51 @@ def final_status(converged, *, finite=True, failure=None):
     return jnp.where(finite, status, Status.NONFINITE).astype(jnp.int32)
 
 
+def flag_invalid_codes(result, codes, n_classes: int, unlabeled=None):
+    """``result`` with status ``INVALID_CODES`` and ``converged`` False unless every class
+    code (but those of the rows where ``unlabeled`` is True, when given) is a whole number
+    in 0..n_classes-1 (traced).
+
+    The functional fits take codes: labels 1..K passed as they are would index one class
+    past the end, where JAX's scatters and segment sums drop them without a word.
+    """
+    import jax.numpy as jnp
+
+    codes = jnp.asarray(codes)
+    ok = (codes >= 0) & (codes < n_classes)
+    if jnp.issubdtype(codes.dtype, jnp.floating):
+        ok = ok & (codes == jnp.round(codes))
+    if unlabeled is not None:
+        ok = ok | jnp.asarray(unlabeled, bool)
+    ok = jnp.all(ok)
+    return result._replace(converged=result.converged & ok,
+                           status=jnp.where(ok, result.status, Status.INVALID_CODES).astype(jnp.int32))
+
+
+def checks_codes(codes: str = "y", unlabeled: str | None = None):
+    """Decorate a fit function so that its result goes through :func:`flag_invalid_codes`.
+
+    ``codes`` names the argument holding the class codes and ``unlabeled`` the one (if any)
+    masking rows whose code is ignored; K is the ``n_classes`` argument where the function
+    has one, else ``config.n_classes``.  Place it under ``jit`` so the check compiles into
+    the fit's program.
+    """
+
+    def decorate(fit):
+        signature = inspect.signature(fit)
+
+        @functools.wraps(fit)
+        def wrapper(*args, **kwargs):
+            given = signature.bind(*args, **kwargs).arguments
+            n_classes = given["n_classes"] if "n_classes" in given else given["config"].n_classes
+            return flag_invalid_codes(fit(*args, **kwargs), given[codes], n_classes,
+                                      given.get(unlabeled) if unlabeled else None)
+
+        return wrapper
+
+    return decorate
+
+
 def status_message(code) -> str:
     """Return the human-readable message for a status code."""
     return _MESSAGES[Status(int(code))]
@@ -173,6 +223,7 @@ def check_status(code, where: str, hints=None) -> None:
     Raises:
         FloatingPointError: for ``NONFINITE``, ``NOT_POSITIVE_DEFINITE`` and ``DIVERGED``:
             the result cannot be trusted.
+        ValueError: for ``INVALID_CODES``: the labels were not class codes.
 
     Warns:
         ConvergenceWarning: for ``MAX_ITER``, ``LINESEARCH_FAILED`` and ``CAPACITY_REACHED``.
@@ -189,5 +240,7 @@ def check_status(code, where: str, hints=None) -> None:
         msg += f"; {hints[worst]}"
     if worst in _SOFT:
         warn_user(msg, convergence_warning())
+    elif worst == Status.INVALID_CODES:
+        raise ValueError(msg)
     else:
         raise FloatingPointError(msg)

@@ -54,7 +54,7 @@ from ._results import Prediction, result_type
 from ._loops import jit_serial_cpu
 from ._progress import emit
 from ._sparse import PaddedRows, row_dots
-from ._status import Status, final_status
+from ._status import Status, checks_codes, final_status
 
 __all__ = ["TORConfig", "TORResult", "done_line", "fit_tor", "predict_tor", "init_pseudo_labels"]
 
@@ -352,6 +352,7 @@ def _fit_tor_impl(X, codes, unlabeled, weight, C1, c2_init, c2_growth, tol, key,
 _fit_tor_jit = jit_serial_cpu(_fit_tor_impl, static_argnames=("config",))
 
 
+@checks_codes("codes", unlabeled="unlabeled")
 def fit_tor(X, codes, unlabeled, config: TORConfig, *, C1=1.0, c2_init=1e-5, c2_growth=2.0,
             weight=None, tol=1e-6, key=None, class_ratios=None) -> TORResult:
     """Algorithm 1: transductive ordinal regression over RED-SVM.

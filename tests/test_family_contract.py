@@ -20,6 +20,7 @@ import scipy.sparse as sp
 
 import bayesord
 from bayesord._sparse import to_padded_rows
+from bayesord._status import Status, check_status
 
 RNG = np.random.default_rng(0)
 X = RNG.normal(size=(60, 3))
@@ -27,25 +28,25 @@ Y = np.digitize(X @ np.array([1.0, -0.7, 0.4]) + 0.3 * RNG.normal(size=60), [-0.
 XT = RNG.normal(size=(9, 3))
 
 
-def _npsvor():
-    res = bayesord.fit_npsvor(to_padded_rows(X, bias=1.0), Y, 3, 1.0, 1.0, 0.1, 0.1, jax.random.key(0),
+def _npsvor(y=Y):
+    res = bayesord.fit_npsvor(to_padded_rows(X, bias=1.0), y, 3, 1.0, 1.0, 0.1, 0.1, jax.random.key(0),
                               bayesord.NPSVORConfig(n_features=4, predictor="old"))
     F = np.c_[XT, np.ones(len(XT))] @ np.asarray(res.coef).T
     return res, to_padded_rows(XT, bias=1.0), np.argmin(np.abs(F), axis=1), F  # r_old, Eq. (5)
 
 
-def _perceptron():
+def _perceptron(y=Y):
     cfg = bayesord.PerceptronConfig(n_classes=3, n_epochs=5, shuffle=False)
-    res = bayesord.fit_perceptron(X, Y, cfg)
+    res = bayesord.fit_perceptron(X, y, cfg)
     inc = XT @ np.asarray(res.coef).T - np.asarray(res.thresholds)
     inc[:, 0] = 0.0
     S = np.cumsum(inc, axis=1)
     return res, XT, S.shape[1] - 1 - np.argmax(S[:, ::-1], axis=1), S  # ties to the higher rank
 
 
-def _kernel_perceptron():
+def _kernel_perceptron(y=Y):
     cfg = bayesord.PerceptronConfig(n_classes=3, n_epochs=3, shuffle=False, kernel="poly")
-    res = bayesord.fit_kernel_perceptron(X, Y, cfg, hyper=bayesord.make_hyper(gamma=0.5, coef0=2.0, degree=2.0))
+    res = bayesord.fit_kernel_perceptron(X, y, cfg, hyper=bayesord.make_hyper(gamma=0.5, coef0=2.0, degree=2.0))
     K = (0.5 * XT @ X.T + 2.0) ** 2
     inc = K @ np.asarray(res.dual_coef) - np.asarray(res.thresholds)
     inc[:, 0] = 0.0
@@ -53,29 +54,29 @@ def _kernel_perceptron():
     return res, XT, S.shape[1] - 1 - np.argmax(S[:, ::-1], axis=1), S
 
 
-def _rankpairs_linear():
-    res = bayesord.fit_rankpairs_linear(jnp.asarray(X), Y, jnp.ones(60), 1.0, 1e-3,
+def _rankpairs_linear(y=Y):
+    res = bayesord.fit_rankpairs_linear(jnp.asarray(X), y, jnp.ones(60), 1.0, 1e-3,
                                         bayesord.RankPairsConfig(n_ranks=3))
     f = XT @ np.asarray(res.coef)
     return res, XT, np.searchsorted(np.asarray(res.thresholds), f, side="right"), f
 
 
-def _rankpairs_kernel():
-    res = bayesord.fit_rankpairs_kernel(jnp.asarray(X), Y, jnp.ones(60), 1.0, 0.3, 1e-3,
+def _rankpairs_kernel(y=Y):
+    res = bayesord.fit_rankpairs_kernel(jnp.asarray(X), y, jnp.ones(60), 1.0, 0.3, 1e-3,
                                         bayesord.RankPairsConfig(n_ranks=3))
     f = np.exp(-0.3 * ((XT[:, None] - X[None]) ** 2).sum(-1)) @ np.asarray(res.coef)
     return res, XT, np.searchsorted(np.asarray(res.thresholds), f, side="right"), f
 
 
-def _redsvm():
-    res = bayesord.fit_redsvm(X, Y, np.ones(60), bayesord.RedSVMConfig(n_classes=3, loss="squared_hinge"))
+def _redsvm(y=Y):
+    res = bayesord.fit_redsvm(X, y, np.ones(60), bayesord.RedSVMConfig(n_classes=3, loss="squared_hinge"))
     h = XT @ np.asarray(res.w)
     return res, XT, (h[:, None] > np.asarray(res.theta) + float(res.b)).sum(1), h  # Eq. (3)
 
 
-def _tor():
+def _tor(y=Y):
     unl = np.arange(60) >= 40
-    res = bayesord.fit_tor(X, Y, unl, bayesord.TORConfig(n_classes=3), C1=1.0, c2_init=0.1)
+    res = bayesord.fit_tor(X, y, unl, bayesord.TORConfig(n_classes=3), C1=1.0, c2_init=0.1)
     h = XT @ np.asarray(res.w)
     return res, XT, (h[:, None] > np.asarray(res.theta) + float(res.b)).sum(1), h
 
@@ -112,27 +113,27 @@ def test_margin_family_predicts_from_the_result_alone_and_round_trips(family, tm
     np.testing.assert_array_equal(again.scores, pred.scores)
 
 
-def _probit():
-    res = bayesord.fit_probit(X, Y, np.ones(60), 1.0, 1e-6, config=bayesord.ProbitConfig(link="logit"),
+def _probit(y=Y):
+    res = bayesord.fit_probit(X, y, np.ones(60), 1.0, 1e-6, config=bayesord.ProbitConfig(link="logit"),
                               n_classes=3)
     return res, lambda r: bayesord.predict_probit(r, XT)
 
 
-def _isbor():
+def _isbor(y=Y):
     cfg = bayesord.ISBORConfig(n_classes=3, capacity=10, max_iter=30)
-    res = bayesord.fit_isbor(X, Y, np.ones(60), np.arange(60), np.ones(60, bool), jax.random.PRNGKey(0), 0.5,
+    res = bayesord.fit_isbor(X, y, np.ones(60), np.arange(60), np.ones(60, bool), jax.random.PRNGKey(0), 0.5,
                              config=cfg)
     return res, lambda r: bayesord.predict_isbor(r, XT)
 
 
-def _mixed():
+def _mixed(y=Y):
     g = np.arange(60) % 6
-    res = bayesord.fit_mixed(X, Y, g, np.ones(60), 1e-8, config=bayesord.MixedConfig(n_classes=3, n_groups=6))
+    res = bayesord.fit_mixed(X, y, g, np.ones(60), 1e-8, config=bayesord.MixedConfig(n_classes=3, n_groups=6))
     return res, lambda r: bayesord.predict_mixed(r, XT, np.arange(9) % 6)
 
 
-def _clm():
-    res = bayesord.fit_clm(X, Y, np.ones(60), 1e-8, bayesord.clm_columns(location=[0, 1, 2], scale=[2]),
+def _clm(y=Y):
+    res = bayesord.fit_clm(X, y, np.ones(60), 1e-8, bayesord.clm_columns(location=[0, 1, 2], scale=[2]),
                            config=bayesord.CLMConfig(n_classes=3, link="cloglog"))
     return res, lambda r: bayesord.predict_clm(r, XT)
 
@@ -270,3 +271,46 @@ def test_final_status_orders_the_outcomes_by_severity():
         assert g == expected, (c, f, fail)
     assert got.dtype == np.int32
     assert int(final_status(False)) == Status.MAX_ITER
+
+
+FAMILIES = {**MARGIN, **BAYES}
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_a_fit_given_labels_for_codes_says_so(family):
+    """The functional fits take codes 0..K-1; labels 1..K passed for them (one class past
+    the end, which JAX's scatters drop without a word) end with INVALID_CODES, unconverged,
+    and the host check turns that into a ValueError."""
+    assert Status.INVALID_CODES not in np.ravel(FAMILIES[family]()[0].status)
+    res = FAMILIES[family](Y + 1)[0]
+    assert set(np.ravel(res.status)) == {Status.INVALID_CODES}
+    assert not np.any(res.converged)
+    with pytest.raises(ValueError, match="codes, not labels"):
+        check_status(res.status, family)
+
+
+@pytest.mark.parametrize("family", ["probit", "npsvor"])
+def test_a_fit_given_fractional_or_negative_codes_says_so(family):
+    for y in (Y + 0.5, Y - 1):
+        assert set(np.ravel(FAMILIES[family](y)[0].status)) == {Status.INVALID_CODES}
+
+
+def test_transductive_codes_of_unlabeled_rows_are_ignored():
+    unl = np.arange(60) >= 40
+    res, *_ = _tor(np.where(unl, -1, Y))
+    assert int(res.status) != Status.INVALID_CODES
+
+
+def test_fits_refuse_weights_labels_and_widths_that_do_not_match_the_rows():
+    cfg = bayesord.PerceptronConfig(n_classes=3, n_epochs=2, shuffle=False)
+    with pytest.raises(ValueError, match=r"sample_weight must have shape \(60,\)"):
+        bayesord.fit_perceptron(X, Y, cfg, sample_weight=np.ones(59))
+    with pytest.raises(ValueError, match=r"y must have shape \(60,\)"):
+        bayesord.fit_perceptron(X, Y[:50], cfg)
+    with pytest.raises(ValueError, match=r"y must have shape \(60,\)"):
+        bayesord.fit_kernel_perceptron(X, Y[:50], dataclasses.replace(cfg, kernel="rbf"))
+    rows = to_padded_rows(X, bias=1.0)
+    with pytest.raises(ValueError, match="config.n_features=3 but X has 4 columns"):
+        bayesord.fit_npsvor(rows, Y, 3, 1.0, 1.0, 0.1, 0.1, jax.random.key(0), bayesord.NPSVORConfig(n_features=3))
+    with pytest.raises(ValueError, match=r"codes must have shape \(60,\)"):
+        bayesord.fit_npsvor(rows, Y[:5], 3, 1.0, 1.0, 0.1, 0.1, jax.random.key(0), bayesord.NPSVORConfig(n_features=4))
