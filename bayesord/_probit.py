@@ -79,7 +79,7 @@ from ._mesh import partitioned
 from ._precision import jit
 from ._results import check_settings, mode_labels, result_type
 from ._shapes import bucket_rows, pad_rows
-from ._status import Status, final_status
+from ._status import Status, checks_codes, final_status
 from ._thresholds import (
     initial_thresholds,
     params_from_thresholds,
@@ -305,6 +305,7 @@ def _alpha_vector(alpha, d, dtype):
 
 @partial(jit, static_argnames=("config", "n_classes"))
 @partitioned
+@checks_codes("y")
 def fit_probit(X, y, weights, alpha, rtol, *, config: ProbitConfig, n_classes: int) -> ProbitResult:
     """Fit the Bayesian linear ordinal model.
 
@@ -513,12 +514,13 @@ def _fit_evidence(X, y, weights, alpha0, rtol, joint, config, n_classes):
     post = joint_posterior(X, y, weights, w, b, sigma, alpha, L, link)
     coef_cov = chol_inverse(L) + post.gain @ post.thresholds_cov @ post.gain.T
     chol_ok = chol_ok & post.ok
-    status = final_status(done, finite=jnp.isfinite(log_ev) & jnp.isfinite(last),
+    # The joint fit only starts the search: whether it converged says nothing of the optimum.
+    status = final_status(done & inner_ok, finite=jnp.isfinite(log_ev) & jnp.isfinite(last),
                           failure=jnp.where(chol_ok, inner_status, Status.NOT_POSITIVE_DEFINITE))
     return ProbitResult(
         config=config, coef=w, coef_cov=coef_cov, thresholds=b, thresholds_cov=post.thresholds_cov,
         cross_cov=post.cross_cov, sigma=sigma, alpha=alpha, log_evidence=log_ev, loglik=loglik,
-        n_iter=n_iter, converged=done & inner_ok & chol_ok & joint.converged,
+        n_iter=n_iter, converged=status == Status.SUCCESS,
         status=status.astype(jnp.int32), center=jnp.zeros(d, dtype), scale=jnp.ones(d, dtype),
     )
 

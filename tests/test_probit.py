@@ -171,6 +171,20 @@ def test_evidence_mode_is_a_stationary_point_of_the_evidence(data, prior):
     assert float(res.log_evidence) >= float(log_ev(res.thresholds, jnp.log(jnp.ones_like(la)))) - 1e-9
 
 
+def test_evidence_verdict_is_the_optimum_s_not_the_joint_start_s(data):
+    """The joint fit only starts the evidence search.  Capped at one Newton step it stops
+    short; the search, whose inner solves then warm-start at the last MAP, still reaches the
+    uncapped fit's optimum, and says so with one verdict (it said status SUCCESS with
+    converged False)."""
+    X, y, _ = data
+    assert not bool(_fit(X, y, thresholds="joint", max_newton=1).converged)
+    res = _fit(X, y, thresholds="evidence", max_newton=1)
+    ref = _fit(X, y, thresholds="evidence")
+    assert bool(res.converged) and int(res.status) == Status.SUCCESS
+    np.testing.assert_allclose(res.coef, ref.coef, rtol=1e-6)
+    np.testing.assert_allclose(res.thresholds, ref.thresholds, rtol=1e-6)
+
+
 @pytest.mark.parametrize("mode, thr_atol", [("joint", 1e-10), ("evidence", 1e-7)])
 def test_sample_weight_two_equals_duplicated_rows(data, mode, thr_atol):
     X, y, _ = data
