@@ -648,7 +648,8 @@ def _action_names(actions) -> list:
 
 def relevance_table(indices, alpha=None, weights=None, weights_sd=None):
     """One row per relevance vector: its training row (0-based position, ``X.iloc[row]``
-    whatever a DataFrame's index), precision and weight.
+    whatever a DataFrame's index), precision and weight; for an estimator fitted on a
+    DataFrame whose index is not the positions, the row's index ``label`` as well.
 
     Call it with a fitted :class:`bayesord.ISBOR` / :class:`bayesord.SBOR` (or an
     :class:`bayesord.ISBORResult`), ``relevance_table(model)``, or with the arrays.
@@ -661,11 +662,12 @@ def relevance_table(indices, alpha=None, weights=None, weights_sd=None):
         weights_sd: posterior standard deviations of the weights, shape (M,) (optional).
 
     Returns:
-        pandas DataFrame indexed by ``row`` with ``alpha``, ``weight`` (and ``weight_sd``),
-        sorted by decreasing ``|weight|``.
+        pandas DataFrame indexed by ``row`` with ``alpha``, ``weight`` (and ``weight_sd``,
+        ``label``), sorted by decreasing ``|weight|``.
     """
     import pandas as pd
 
+    labels = getattr(indices, "relevance_labels_", None)
     fit = _sparse_fit(indices)
     if fit is not None:
         if alpha is not None or weights is not None or weights_sd is not None:
@@ -677,6 +679,8 @@ def relevance_table(indices, alpha=None, weights=None, weights_sd=None):
             "weight": np.asarray(weights, float)}
     if weights_sd is not None:
         cols["weight_sd"] = np.asarray(weights_sd, float)
+    if labels is not None and not np.array_equal(labels, cols["row"]):
+        cols["label"] = np.asarray(labels)
     m = cols["row"].shape
     if any(np.shape(v) != m for v in cols.values()) or len(m) != 1:
         raise ValueError(f"indices, alpha, weights (and weights_sd) must be 1-D of one length, "

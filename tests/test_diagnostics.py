@@ -272,6 +272,30 @@ def test_relevance_helpers_accept_a_fitted_isbor(isbor_fit):
     plt.close("all")
 
 
+def test_relevance_vectors_of_a_frame_are_named_by_its_index(isbor_fit, tmp_path):
+    """A DataFrame's rows keep their index labels in the summary, the relevance table and
+    the model file; the positions stay ``relevance_indices_``."""
+    import pandas as pd
+
+    from bayesord import ISBOR, load_model
+    from bayesord.diagnostics import relevance_table
+
+    model, X, y = isbor_fit
+    frame = pd.DataFrame(X, columns=[f"x{j}" for j in range(X.shape[1])],
+                         index=[f"case {i}" for i in range(100, 100 + len(X))])
+    named = ISBOR(theta=1.0, capacity=16, max_iter=60, random_state=0).fit(frame, y)
+    np.testing.assert_array_equal(named.relevance_indices_, model.relevance_indices_)
+    np.testing.assert_array_equal(model.relevance_labels_, model.relevance_indices_)
+    expected = frame.index[named.relevance_indices_].to_numpy()
+    np.testing.assert_array_equal(named.relevance_labels_, expected)
+    assert list(named.summary().index[: len(expected)]) == [f"rv {c}" for c in expected]
+    table = relevance_table(named)
+    assert set(table["label"]) == set(expected) and "label" not in relevance_table(model).columns
+    np.testing.assert_array_equal(table["label"], frame.index[table.index.to_numpy()])
+    named.save(tmp_path / "named.npz")
+    np.testing.assert_array_equal(load_model(tmp_path / "named.npz").relevance_labels_, expected)
+
+
 def test_isbor_result_exports_like_the_estimator(isbor_fit):
     model, X, y = isbor_fit
     a = to_inference_data(model, X, y, draws=50, chains=2, key=5)

@@ -170,6 +170,20 @@ def _predictive_spread(fits, X, y_held, fold_of, rows, sw_held):
     return float(best[integrate][1]), integrate
 
 
+def _row_index(X):
+    """A DataFrame's row index, or None for other inputs."""
+    import pandas as pd
+
+    return X.index if isinstance(X, pd.DataFrame) else None
+
+
+def _labels_of(index, rows):
+    """The index labels at positions ``rows``, as an array the model file can hold: numbers
+    and text as they are, anything else (mixed types, timestamps) as text."""
+    labels = np.asarray(index)[rows]
+    return labels if labels.dtype.kind in "iufbU" else labels.astype(str)
+
+
 class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
     """Shared fit/predict plumbing; subclasses choose the solver."""
 
@@ -247,6 +261,7 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
                 basis function with its own prior.
             classes: explicit class order (needed for strings).
         """
+        row_index = _row_index(X)
         X, codes, sw = self._validate_fit(X, y, sample_weight, classes)
         n = X.shape[0]
         n_classes = len(self.classes_)
@@ -284,6 +299,8 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
             f"it holds capacity={config.capacity} relevance vectors and would add more: pass a "
             f"larger capacity (e.g. ISBOR(capacity={2 * config.capacity})) or a wider kernel (a smaller theta)")})
         self._store(res)
+        self.relevance_labels_ = (self.relevance_indices_.copy() if row_index is None
+                                  else _labels_of(row_index, self.relevance_indices_))
         self.sigma_factor_ = sigma_factor
         self.integrate_thresholds_ = integrate
         return self
@@ -514,8 +531,8 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
     def summary(self, level=0.95):
         """Posterior of the relevance-vector weights, and the thresholds, as a table.
 
-        One row per relevance vector (``rv <i>``, ``i`` its 0-based position among the training
-        rows, ``X.iloc[i]``, whatever a DataFrame's index: posterior mean, sd and central
+        One row per relevance vector (``rv <label>``: its training row's index label when X
+        was a DataFrame, else its 0-based position; posterior mean, sd and central
         ``level`` interval of its weight, and its prior precision alpha), then one row per
         threshold (its type-II maximum-likelihood estimate, with the sd of the joint Laplace
         posterior of weights and thresholds there; alpha is NaN).
@@ -526,7 +543,7 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         check_is_fitted(self, "result_")
         thr = threshold_names(self.classes_)
         nan = np.full(len(thr), np.nan)
-        return posterior_table([f"rv {i}" for i in self.relevance_indices_] + thr,
+        return posterior_table([f"rv {i}" for i in self.relevance_labels_] + thr,
                                np.concatenate([self.coef_, self.thresholds_]),
                                np.sqrt(np.concatenate([np.diag(self.coef_cov_),
                                                        np.diag(self.thresholds_cov_)])), level,
@@ -539,7 +556,8 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
                 {"config": dataclasses.asdict(self.result_.config),
                  "theta_grid_scores": None if scores is None else np.asarray(scores).tolist(),
                  "theta_grid_values": None if values is None else np.asarray(values).tolist(),
-                 "sigma_factor": self.sigma_factor_, "integrate_thresholds": self.integrate_thresholds_})
+                 "sigma_factor": self.sigma_factor_, "integrate_thresholds": self.integrate_thresholds_,
+                 "relevance_labels": self.relevance_labels_.tolist()})
 
     def _restore(self, arrays, meta):
         config = ISBORConfig(**meta["config"])
@@ -549,6 +567,8 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
                            ("result.chol", res.chol, (m, m)), ("result.cross_cov", res.cross_cov, (m, k1)),
                            ("result.thresholds_cov", res.thresholds_cov, (k1, k1)))
         self._store(res)
+        labels = meta.get("relevance_labels")  # None: files from before the labels
+        self.relevance_labels_ = self.relevance_indices_.copy() if labels is None else np.asarray(labels)
         self.sigma_factor_ = float(meta.get("sigma_factor", 1.0))  # 1: files from before the factor
         self.integrate_thresholds_ = bool(meta.get("integrate_thresholds", True))  # and before this choice
         if meta["theta_grid_scores"] is not None:
@@ -747,6 +767,9 @@ class ISBOR(_SparseBayesOrdinal):
     Attributes:
         relevance_indices_: the relevance vectors' 0-based positions among the training rows
             (``X.iloc[i]`` of a DataFrame, not its index label ``X.loc[i]``).
+        relevance_labels_: their training rows' index labels when X was a DataFrame
+            (labels of mixed or other types as text), else the positions again;
+            ``summary()`` and ``diagnostics.relevance_table`` name the rows by them.
         relevance_vectors_: the relevance vectors (rows of X).
         coef_: posterior mean of their weights.
         coef_cov_: posterior covariance of their weights.
