@@ -18,11 +18,15 @@ returns its outputs replicated, so both kinds of mesh give the same program.
 from __future__ import annotations
 
 import functools
+import inspect
 
 import jax
 from jax.sharding import PartitionSpec
 
 __all__ = ["explicit_mesh", "partitioned"]
+
+# The arguments of a fit that are static (its jit's static arguments), never arrays.
+_STATIC = ("config", "n_classes")
 
 
 def explicit_mesh(*trees):
@@ -49,17 +53,22 @@ def explicit_mesh(*trees):
 def partitioned(fn):
     """Decorate a function that is traced under ``jit``: when one of its positional
     arguments is typed over a mesh with ``Explicit`` axes, it runs with those axes made
-    ``Auto`` and its outputs replicated; otherwise it runs as it is.  Keyword arguments
-    (the static configuration) pass through unchanged."""
+    ``Auto`` and its outputs replicated; otherwise it runs as it is.  Keyword arguments,
+    and the static ``config`` and ``n_classes`` however they are passed, go to it
+    unchanged."""
+    signature = inspect.signature(fn)
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         mesh = explicit_mesh(args)
         if mesh is None:
             return fn(*args, **kwargs)
-        auto = jax.sharding.auto_axes(functools.partial(fn, **kwargs), axes=mesh.explicit_axes,
-                                      out_sharding=PartitionSpec())
+        given = signature.bind(*args, **kwargs).arguments
+        static = {name: given.pop(name) for name in _STATIC if name in given}
+        traced = list(given)
+        auto = jax.sharding.auto_axes(lambda *values: fn(**dict(zip(traced, values)), **static),
+                                      axes=mesh.explicit_axes, out_sharding=PartitionSpec())
         with jax.sharding.use_abstract_mesh(mesh):
-            return auto(*args)
+            return auto(*given.values())
 
     return wrapper

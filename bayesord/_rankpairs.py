@@ -73,6 +73,7 @@ import numpy as np
 from jax import lax
 
 from ._basis import fit_kernel_map, kernel_matrix, transform_kernel_map
+from ._mesh import partitioned
 from ._precision import jit
 from ._results import Prediction, result_type
 from ._sparse import PaddedRows, rmatvec, row_dots
@@ -684,13 +685,18 @@ def _result(config, c, end, coef, basis, gamma, codes, weights):
 
 
 @partial(jit, static_argnames="config")
+@partitioned
 @checks_codes("codes")
 def fit_rankpairs_linear(X, codes, weights, C, eps, config: RankPairsConfig, pairs=None, pair_weights=None):
     """Linear swapped-pairs SVM (Eq. 9, Algorithm 1 with Algorithm 2's search).
 
     Args:
         X: features (n, d), a dense array or :class:`~bayesord._sparse.PaddedRows` (from
-            :func:`~bayesord._sparse.to_padded_rows`).
+            :func:`~bayesord._sparse.to_padded_rows`).  Dense rows may be sharded over a
+            mesh of devices, with ``codes`` and ``weights`` sharded alike (rows of weight
+            zero pad a row count that does not divide): the products with X stay on each
+            device's rows, and each cutting-plane iteration gathers the n scores for the
+            search's sort (``docs/scaleout.md``).
         codes: ranks 0..r-1 (n,), r = ``config.n_ranks``.
         weights: sample weights (n,); pair (i, j) weighs s_i s_j.  Zero weights mask rows
             out (how cross-validation folds are vmapped).

@@ -132,6 +132,40 @@ def test_communication_is_a_few_d_squared_sums_and_memory_falls_with_devices():
         assert full / devices <= got <= full / devices + 1024, (devices, got)
 
 
+@pytest.mark.parametrize("kind", ["auto", "explicit"])
+def test_swapped_pairs_over_devices_fits_what_one_device_fits_and_moves_scores_not_rows(kind):
+    """The linear swapped-pairs SVM on rows sharded over four devices (4,094 rows and two of
+    weight zero): the single-device fit of the 4,094 rows, the same iterations; X stays on
+    its devices (input bytes per device fall as 1/devices); in each cutting-plane iteration
+    the largest collective is the gather of the 2n shifted scores that the
+    most-violated-constraint search sorts, and before the loop a few vectors over the rows
+    (scores, codes, weights) are gathered once: O(n) numbers, never the n x d rows."""
+    from bayesord._rankpairs import RankPairsConfig, fit_rankpairs_linear
+
+    n, d = 4096, 20
+    X, y = _raw_data(n, d, seed=2)
+    Z = (X - X.mean(0)) / X.std(0)
+    w = np.concatenate([np.ones(n - 2), np.zeros(2)])
+    config = RankPairsConfig(n_ranks=4)
+    one = fit_rankpairs_linear(Z[:-2], y[:-2], w[:-2], 1.0, 1e-3, config)
+    mesh = _mesh(kind)
+    placed = _place(mesh, Z, y, w)
+    with jax.set_mesh(mesh):
+        many = fit_rankpairs_linear(*placed, 1.0, 1e-3, config)
+        compiled = fit_rankpairs_linear.lower(*placed, 1.0, 1e-3, config).compile()
+    assert int(many.status) == int(one.status) == 0 and int(many.n_iter) == int(one.n_iter)
+    np.testing.assert_allclose(many.coef, one.coef, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(many.thresholds, one.thresholds, rtol=1e-9, atol=1e-12)
+    found = distributed.collectives(compiled)
+    in_loops = [size for _, size, in_loop in found if in_loop]
+    once = [size for _, size, in_loop in found if not in_loop]
+    assert in_loops and max(in_loops) <= 2 * 8 * n + 1024, found  # the 2n shifted scores
+    assert max(once) <= 4 * 8 * n + 1024 < Z.nbytes, found      # scores, codes, weights; once
+    full = Z.nbytes + y.nbytes + w.nbytes
+    got = compiled.memory_analysis().argument_size_in_bytes
+    assert full / DEVICES <= got <= full / DEVICES + 1024, got
+
+
 def test_map_sharded_equals_vmap_and_exchanges_no_data():
     """Five bootstrap fits (padded to eight over four devices) against jax.vmap on one."""
     X, y = _raw_data(400, seed=2)
