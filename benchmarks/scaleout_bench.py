@@ -13,6 +13,10 @@ the times here measure compilation and overhead, not speed-up: no scaling is cla
   the candidate arrays replicated): compiled at that size for bytes per device and
   collectives, and run at 2,000 rows for agreement with one device (relevance set and
   weights).
+* **Swapped-pairs SVM, rows sharded** (``--rankpairs-rows``, default 10^5 x 50, linear,
+  C = 1): difference from the one-device coefficients, bytes per device and collectives
+  (the most-violated-constraint search gathers the 2n shifted scores in every iteration:
+  O(n) numbers, not the n x d rows), compile and run time.
 * **NPSVOR grid, problems sharded** (Treebank, 11 values of C x 5 folds as 0/1 weights,
   :func:`bayesord.distributed.map_sharded` with ``vmap=False``): difference from the same
   grid solved in one batched call without a mesh, its collectives, compile and run time
@@ -23,7 +27,8 @@ Collectives are read from the compiled program (:func:`bayesord.distributed.coll
 ``once_bytes`` the others.
 
 Run: ``python benchmarks/scaleout_bench.py`` (``--quick``: 2 x 10^5 probit rows, 5 x 10^4
-ISBOR rows, the grid's first 3 values of C; ``--only probit,isbor,npsvor`` picks parts).  Prints a table and writes ``benchmarks/results/scaleout.json``.
+ISBOR rows, 2 x 10^4 swapped-pairs rows, the grid's first 3 values of C; ``--only
+probit,isbor,rankpairs,npsvor`` picks parts).  Prints a table and writes ``benchmarks/results/scaleout.json``.
 """
 
 from __future__ import annotations
@@ -55,6 +60,7 @@ from bayesord import distributed  # noqa: E402
 from bayesord._isbor import ISBORConfig, fit_isbor  # noqa: E402
 from bayesord._npsvor import NPSVORConfig, fit_npsvor  # noqa: E402
 from bayesord._probit import ProbitConfig, fit_probit  # noqa: E402
+from bayesord._rankpairs import RankPairsConfig, fit_rankpairs_linear  # noqa: E402
 from bayesord._sparse import to_padded_rows  # noqa: E402
 from bayesord.datasets import kfold_masks, load_libsvm, make_ordinal_probit  # noqa: E402
 
@@ -132,6 +138,31 @@ def isbor_rows(n, rows):
         print_table(rows[-1:], list(rows[-1]))
 
 
+def rankpairs_rows(n, d, rows):
+    X, y, _ = make_ordinal_probit(n, d, 5, seed=2)
+    w = np.ones(n)
+    config = RankPairsConfig(n_ranks=5)
+    base = None
+    for k in DEVICE_COUNTS:
+        mesh = distributed.row_mesh(jax.devices()[:k])
+        placed = [jax.device_put(a, NamedSharding(mesh, PartitionSpec("rows", *([None] * (a.ndim - 1)))))
+                  for a in (X, (y - 1).astype(np.int32), w)]
+        t = time.perf_counter()
+        compiled = fit_rankpairs_linear.lower(*placed, 1.0, 1e-3, config).compile()
+        compile_s = time.perf_counter() - t
+        res, run_s = _timed(lambda: compiled(*placed, 1.0, 1e-3))
+        coef = np.asarray(res.coef)
+        base = coef if base is None else base
+        mem = compiled.memory_analysis()
+        rows.append({"task": f"swapped pairs {n}x{d}", "devices": k,
+                     "max_rel_diff": float(np.max(np.abs(coef - base)) / np.max(np.abs(base))),
+                     "n_iter": int(res.n_iter), "status": int(res.status),
+                     "arg_MB_per_device": mem.argument_size_in_bytes / 1e6,
+                     "temp_MB_per_device": mem.temp_size_in_bytes / 1e6,
+                     **_comms(compiled), "compile_s": compile_s, "run_s": run_s})
+        print_table(rows[-1:], list(rows[-1]))
+
+
 def npsvor_grid(quick, rows):
     if not TREEBANK.is_dir():
         print(f"NPSVOR grid skipped: no Treebank at {TREEBANK}")
@@ -179,7 +210,9 @@ def main():
     parser.add_argument("--rows", type=int, default=None, help="probit rows (default 10^6; --quick 2x10^5)")
     parser.add_argument("--features", type=int, default=20)
     parser.add_argument("--isbor-rows", type=int, default=None, help="ISBOR rows (default 2x10^5; --quick 5x10^4)")
-    parser.add_argument("--only", default="probit,isbor,npsvor", help="comma-separated parts to run")
+    parser.add_argument("--rankpairs-rows", type=int, default=None,
+                        help="swapped-pairs rows (default 10^5; --quick 2x10^4)")
+    parser.add_argument("--only", default="probit,isbor,rankpairs,npsvor", help="comma-separated parts to run")
     args = parser.parse_args()
     n = args.rows or (200_000 if args.quick else 1_000_000)
     parts = set(args.only.split(","))
@@ -188,6 +221,8 @@ def main():
         probit_rows(n, args.features, rows)
     if "isbor" in parts:
         isbor_rows(args.isbor_rows or (50_000 if args.quick else 200_000), rows)
+    if "rankpairs" in parts:
+        rankpairs_rows(args.rankpairs_rows or (20_000 if args.quick else 100_000), 50, rows)
     if "npsvor" in parts:
         npsvor_grid(args.quick, rows)
     columns = ["task", "devices", "max_rel_diff", "arg_MB_per_device", "temp_MB_per_device", "n_collectives",
