@@ -65,10 +65,9 @@ def partitioned(fn):
             return fn(*args, **kwargs)
         given = signature.bind(*args, **kwargs).arguments
         static = {name: given.pop(name) for name in _STATIC if name in given}
-        traced = list(given)
-        auto = jax.sharding.auto_axes(lambda *values: fn(**dict(zip(traced, values)), **static),
-                                      axes=mesh.explicit_axes, out_sharding=PartitionSpec())
+        auto = jax.sharding.auto_axes(lambda arrays: fn(**arrays, **static), axes=mesh.explicit_axes,
+                                      out_sharding=PartitionSpec())
         with jax.sharding.use_abstract_mesh(mesh):
-            return auto(*given.values())
+            return auto(given)
 
     return wrapper

@@ -86,6 +86,7 @@ from ._results import Prediction, result_type
 from ._sparse import PaddedRows, row_dots
 from ._splits import kfold_masks
 from ._status import checks_codes, final_status, warn_user
+from ._validation import check_lengths
 
 __all__ = [
     "NPSVORConfig",
@@ -600,8 +601,7 @@ def fit_npsvor(X: PaddedRows, codes, n_classes: int, C1, C2, eps, tol, key,
     if X.n_features != config.n_features:
         raise ValueError(f"config.n_features={config.n_features} but X has {X.n_features} columns (count the bias "
                          f"column when X has one)")
-    if np.shape(codes) != (X.shape[0],):
-        raise ValueError(f"codes must have shape ({X.shape[0]},), one per row of X; got shape {np.shape(codes)}")
+    check_lengths(X.shape[0], codes=codes)
     if config.n_classes is None:
         config = dataclasses.replace(config, n_classes=n_classes)
     elif config.n_classes != n_classes:

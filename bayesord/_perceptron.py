@@ -65,7 +65,7 @@ from ._precision import jit
 from ._results import Prediction, check_settings, result_type
 from ._sparse import PaddedRows, row_axpy, row_dot, row_dots, row_sq_norms
 from ._status import checks_codes, final_status
-from ._validation import floating_dtype
+from ._validation import check_lengths, floating_dtype
 
 __all__ = [
     "PerceptronConfig",
@@ -456,7 +456,7 @@ def fit_perceptron(X, y, config: PerceptronConfig, *, sample_weight=None, key=No
     """
     X, key, hyper, state = _primal_inputs(X, config, key, hyper, state)
     sw = jnp.ones((X.shape[0],), X.dtype) if sample_weight is None else jnp.asarray(sample_weight, X.dtype)
-    _check_lengths(X.shape[0], y=y, sample_weight=sw)
+    check_lengths(X.shape[0], y=y, sample_weight=sw)
     return _fit_primal(X, jnp.asarray(y, jnp.int32), sw, key, hyper, state, config)
 
 
@@ -491,15 +491,8 @@ def fit_perceptron_weights(X, y, config: PerceptronConfig, sample_weights, *, ke
     if sw.ndim != 2 or sw.shape[1] != X.shape[0]:
         raise ValueError(f"sample_weights must be (m, {X.shape[0]}), one row of weights per fit; got "
                          f"shape {sw.shape}")
-    _check_lengths(X.shape[0], y=y)
+    check_lengths(X.shape[0], y=y)
     return _fit_primal_weights(X, jnp.asarray(y, jnp.int32), sw, key, hyper, state, config)
-
-
-def _check_lengths(n, **arrays):
-    """Raise ValueError unless every named array has shape (n,): one entry per row of X."""
-    for name, a in arrays.items():
-        if np.shape(a) != (n,):
-            raise ValueError(f"{name} must have shape ({n},), one entry per row of X; got shape {np.shape(a)}")
 
 
 def _primal_inputs(X, config, key, hyper, state):
@@ -586,7 +579,7 @@ def fit_kernel_perceptron(X, y, config: PerceptronConfig, *, sample_weight=None,
         raise ValueError("config.shuffle=True needs a PRNG key")
     key = jax.random.PRNGKey(0) if key is None else key
     sw = jnp.ones((n,), dtype) if sample_weight is None else jnp.asarray(sample_weight, dtype)
-    _check_lengths(n, y=y, sample_weight=sw)
+    check_lengths(n, y=y, sample_weight=sw)
     hyper = make_hyper(dtype) if hyper is None else PerceptronHyper(*(jnp.asarray(h, dtype) for h in hyper))
     return _fit_dual(X, jnp.asarray(y, jnp.int32), sw, key, hyper, state, config)
 

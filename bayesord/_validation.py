@@ -20,6 +20,7 @@ __all__ = [
     "ColumnScaleWarning",
     "MAX_IMPLICIT_CLASSES",
     "check_X",
+    "check_lengths",
     "column_moments",
     "column_scale_problems",
     "dependent_columns",
@@ -307,6 +308,16 @@ def dependent_columns(X, weights, names=None) -> str | None:
     return ("columns that are linearly dependent once centred (a constant combination, such as "
             "a constant column or one-hot columns that keep every level): "
             + "; ".join(f"[{g}]" for g in groups))
+
+
+def check_lengths(n: int, **arrays) -> None:
+    """Raise ValueError unless every named array has shape (n,), one entry per row of X.
+
+    Shapes only, so it also takes traced arrays (the functional fits' inputs).
+    """
+    for name, a in arrays.items():
+        if np.shape(a) != (n,):
+            raise ValueError(f"{name} must have shape ({n},), one entry per row of X; got shape {np.shape(a)}")
 
 
 def check_sample_weight(sample_weight, n: int) -> np.ndarray:

@@ -38,6 +38,7 @@ import os
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -83,29 +84,35 @@ def _comms(compiled):
             "largest_loop_bytes": max((b for _, b, loop in found if loop), default=0)}
 
 
-def probit_rows(n, d, rows):
-    X, y, _ = make_ordinal_probit(n, d, 5, seed=0)
-    X = X * np.geomspace(0.1, 10, d) + 100.0  # raw columns: offsets and mixed scales
-    w = np.ones(n)
-    config = ProbitConfig()
+def _rows_over_devices(task, arrays, lower, numbers, rows):
+    """A fit of ``arrays`` with their rows sharded over each device count: ``lower(*placed,
+    *numbers)`` lowers it, the compiled program runs on the same arguments; a table row per
+    count, its coefficients against one device's."""
     base = None
     for k in DEVICE_COUNTS:
         mesh = distributed.row_mesh(jax.devices()[:k])
         placed = [jax.device_put(a, NamedSharding(mesh, PartitionSpec("rows", *([None] * (a.ndim - 1)))))
-                  for a in (X, y.astype(np.int32), w)]
+                  for a in arrays]
         t = time.perf_counter()
-        compiled = fit_probit.lower(*placed, 1.0, 1e-10, config=config, n_classes=5).compile()
+        compiled = lower(*placed, *numbers).compile()
         compile_s = time.perf_counter() - t
-        res, run_s = _timed(lambda: compiled(*placed, 1.0, 1e-10))
+        res, run_s = _timed(lambda: compiled(*placed, *numbers))
         coef = np.asarray(res.coef)
         base = coef if base is None else base
         mem = compiled.memory_analysis()
-        rows.append({"task": f"probit {n}x{d}", "devices": k, "max_rel_diff": float(np.max(np.abs(coef - base)) / np.max(np.abs(base))),
+        rows.append({"task": task, "devices": k, "max_rel_diff": float(np.max(np.abs(coef - base)) / np.max(np.abs(base))),
                      "n_iter": int(res.n_iter), "status": int(res.status),
                      "arg_MB_per_device": mem.argument_size_in_bytes / 1e6,
                      "temp_MB_per_device": mem.temp_size_in_bytes / 1e6,
                      **_comms(compiled), "compile_s": compile_s, "run_s": run_s})
         print_table(rows[-1:], list(rows[-1]))
+
+
+def probit_rows(n, d, rows):
+    X, y, _ = make_ordinal_probit(n, d, 5, seed=0)
+    X = X * np.geomspace(0.1, 10, d) + 100.0  # raw columns: offsets and mixed scales
+    _rows_over_devices(f"probit {n}x{d}", (X, y.astype(np.int32), np.ones(n)),
+                       partial(fit_probit.lower, config=ProbitConfig(), n_classes=5), (1.0, 1e-10), rows)
 
 
 def isbor_rows(n, rows):
@@ -140,27 +147,8 @@ def isbor_rows(n, rows):
 
 def rankpairs_rows(n, d, rows):
     X, y, _ = make_ordinal_probit(n, d, 5, seed=2)
-    w = np.ones(n)
-    config = RankPairsConfig(n_ranks=5)
-    base = None
-    for k in DEVICE_COUNTS:
-        mesh = distributed.row_mesh(jax.devices()[:k])
-        placed = [jax.device_put(a, NamedSharding(mesh, PartitionSpec("rows", *([None] * (a.ndim - 1)))))
-                  for a in (X, (y - 1).astype(np.int32), w)]
-        t = time.perf_counter()
-        compiled = fit_rankpairs_linear.lower(*placed, 1.0, 1e-3, config).compile()
-        compile_s = time.perf_counter() - t
-        res, run_s = _timed(lambda: compiled(*placed, 1.0, 1e-3))
-        coef = np.asarray(res.coef)
-        base = coef if base is None else base
-        mem = compiled.memory_analysis()
-        rows.append({"task": f"swapped pairs {n}x{d}", "devices": k,
-                     "max_rel_diff": float(np.max(np.abs(coef - base)) / np.max(np.abs(base))),
-                     "n_iter": int(res.n_iter), "status": int(res.status),
-                     "arg_MB_per_device": mem.argument_size_in_bytes / 1e6,
-                     "temp_MB_per_device": mem.temp_size_in_bytes / 1e6,
-                     **_comms(compiled), "compile_s": compile_s, "run_s": run_s})
-        print_table(rows[-1:], list(rows[-1]))
+    _rows_over_devices(f"swapped pairs {n}x{d}", (X, (y - 1).astype(np.int32), np.ones(n)),
+                       partial(fit_rankpairs_linear.lower, config=RankPairsConfig(n_ranks=5)), (1.0, 1e-3), rows)
 
 
 def npsvor_grid(quick, rows):

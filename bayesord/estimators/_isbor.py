@@ -299,8 +299,8 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
             f"it holds capacity={config.capacity} relevance vectors and would add more: pass a "
             f"larger capacity (e.g. ISBOR(capacity={2 * config.capacity})) or a wider kernel (a smaller theta)")})
         self._store(res)
-        self.relevance_labels_ = (self.relevance_indices_.copy() if row_index is None
-                                  else _labels_of(row_index, self.relevance_indices_))
+        if row_index is not None:
+            self.relevance_labels_ = _labels_of(row_index, self.relevance_indices_)
         self.sigma_factor_ = sigma_factor
         self.integrate_thresholds_ = integrate
         return self
@@ -511,6 +511,7 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
         mask = np.asarray(res.mask)
         idx = np.asarray(res.relevance_index)[mask]
         self.relevance_indices_ = idx
+        self.relevance_labels_ = idx  # a DataFrame's fit names them by its index instead
         self.relevance_vectors_ = (np.asarray(res.centres)[mask] * np.asarray(res.scale)
                                    + np.asarray(res.center) if config.kernel != "precomputed" else None)
         self.coef_ = np.asarray(res.w)[mask]
@@ -567,8 +568,8 @@ class _SparseBayesOrdinal(UncertaintyMixin, SavableMixin, OrdinalEstimator):
                            ("result.chol", res.chol, (m, m)), ("result.cross_cov", res.cross_cov, (m, k1)),
                            ("result.thresholds_cov", res.thresholds_cov, (k1, k1)))
         self._store(res)
-        labels = meta.get("relevance_labels")  # None: files from before the labels
-        self.relevance_labels_ = self.relevance_indices_.copy() if labels is None else np.asarray(labels)
+        if meta.get("relevance_labels") is not None:  # None: files from before the labels
+            self.relevance_labels_ = np.asarray(meta["relevance_labels"])
         self.sigma_factor_ = float(meta.get("sigma_factor", 1.0))  # 1: files from before the factor
         self.integrate_thresholds_ = bool(meta.get("integrate_thresholds", True))  # and before this choice
         if meta["theta_grid_scores"] is not None:
