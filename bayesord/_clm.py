@@ -67,8 +67,8 @@ from ._likelihood import log_class_probs, log_predictive_probs, ordinal_ratios
 from ._linalg import safe_cholesky
 from ._links import check_link
 from ._precision import jit
-from ._results import mode_labels, result_type
-from ._status import Status, checks_codes
+from ._results import checks_codes, mode_labels, result_type
+from ._status import Status
 from ._thresholds import initial_thresholds, thresholds_from_params
 from ._validation import floating_dtype
 

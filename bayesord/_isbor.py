@@ -98,8 +98,8 @@ from ._links import check_link
 from ._mesh import partitioned
 from ._precision import jit
 from ._progress import batch_label, emit
-from ._results import check_settings, result_type
-from ._status import Status, checks_codes
+from ._results import check_settings, checks_codes, result_type
+from ._status import Status
 from ._thresholds import initial_thresholds, params_from_thresholds, thresholds_from_params
 
 __all__ = [

@@ -87,8 +87,8 @@ from ._linalg import safe_cholesky
 from ._links import check_link
 from ._mesh import partitioned
 from ._precision import jit
-from ._results import mode_labels, result_type
-from ._status import Status, checks_codes
+from ._results import checks_codes, mode_labels, result_type
+from ._status import Status
 from ._thresholds import initial_thresholds, thresholds_from_params, thresholds_jacobian
 
 __all__ = [

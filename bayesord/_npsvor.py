@@ -82,10 +82,10 @@ from jax import lax
 from ._loops import jit_serial_cpu, permutation
 from ._precision import jit
 from ._progress import emit, prefix
-from ._results import Prediction, result_type
+from ._results import Prediction, checks_codes, result_type
 from ._sparse import PaddedRows, row_dots
 from ._splits import kfold_masks
-from ._status import checks_codes, final_status, warn_user
+from ._status import final_status, warn_user
 from ._validation import check_lengths
 
 __all__ = [

@@ -62,9 +62,9 @@ import numpy as np
 from ._basis import kernel_matrix as basis_kernel
 from ._loops import jit_serial_cpu
 from ._precision import jit
-from ._results import Prediction, check_settings, result_type
+from ._results import Prediction, check_settings, checks_codes, result_type
 from ._sparse import PaddedRows, row_axpy, row_dot, row_dots, row_sq_norms
-from ._status import checks_codes, final_status
+from ._status import final_status
 from ._validation import check_lengths, floating_dtype
 
 __all__ = [

@@ -77,9 +77,9 @@ from ._linalg import chol_inverse, chol_logdet, chol_solve, safe_cholesky
 from ._links import check_link
 from ._mesh import partitioned
 from ._precision import jit
-from ._results import check_settings, mode_labels, result_type
+from ._results import check_settings, checks_codes, mode_labels, result_type
 from ._shapes import bucket_rows, pad_rows
-from ._status import Status, checks_codes, final_status
+from ._status import Status, final_status
 from ._thresholds import (
     initial_thresholds,
     params_from_thresholds,

@@ -75,9 +75,9 @@ from jax import lax
 from ._basis import fit_kernel_map, kernel_matrix, transform_kernel_map
 from ._mesh import partitioned
 from ._precision import jit
-from ._results import Prediction, result_type
+from ._results import Prediction, checks_codes, result_type
 from ._sparse import PaddedRows, rmatvec, row_dots
-from ._status import Status, checks_codes
+from ._status import Status
 from ._validation import floating_dtype
 
 __all__ = [

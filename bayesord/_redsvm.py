@@ -63,9 +63,9 @@ from jax import lax
 from ._basis import KernelMap, blocked_kernel_matrix, fit_kernel_map, transform_kernel_map
 from ._loops import jit_serial_cpu, permutation
 from ._precision import jit
-from ._results import Prediction, result_type
+from ._results import Prediction, checks_codes, result_type
 from ._sparse import PaddedRows, rmatvec, row_dots, row_sq_norms
-from ._status import checks_codes, final_status
+from ._status import final_status
 
 __all__ = [
     "LOSSES",

@@ -19,15 +19,21 @@ into named arrays plus JSON and back, without pickle: the one persistence format
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 import sys
 import warnings
 from typing import NamedTuple
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["result_type", "check_settings", "Prediction", "is_result", "encode_state", "decode_state",
-           "state_types", "mode_labels"]
+from ._precision import jit
+from ._status import Status
+
+__all__ = ["result_type", "check_settings", "checks_codes", "flag_invalid_codes", "Prediction", "is_result",
+           "encode_state", "decode_state", "state_types", "mode_labels"]
 
 
 class Prediction(NamedTuple):
@@ -176,3 +182,54 @@ def decode_state(desc, arrays, types):
         return {k: decode_state(v, arrays, types) for k, v in value.items()}
     items = [decode_state(v, arrays, types) for v in value]
     return tuple(items) if kind == "tuple" else items
+
+
+def flag_invalid_codes(result, codes, n_classes: int, unlabeled=None):
+    """``result`` with status ``INVALID_CODES`` and ``converged`` False unless every class
+    code (but those of the rows where ``unlabeled`` is True, when given) is a whole number
+    in 0..n_classes-1.
+
+    The functional fits take codes: labels 1..K passed as they are would index one class
+    past the end, where JAX's scatters and segment sums drop them without a word.  Jitted
+    (``n_classes`` static): inside a fit's trace it joins the fit's program, and after a
+    fit that runs on the host (NPSVOR, the perceptrons, RED-SVM, TOR) it is one small
+    compiled call, not one dispatch per operation.
+    """
+    converged, status = _flagged(result.converged, result.status, codes, n_classes, unlabeled)
+    return result._replace(converged=converged, status=status)
+
+
+@functools.partial(jit, static_argnames="n_classes")
+def _flagged(converged, status, codes, n_classes, unlabeled):
+    codes = jnp.asarray(codes)
+    ok = (codes >= 0) & (codes < n_classes)
+    if jnp.issubdtype(codes.dtype, jnp.floating):
+        ok = ok & (codes == jnp.round(codes))
+    if unlabeled is not None:
+        ok = ok | jnp.asarray(unlabeled, bool)
+    ok = jnp.all(ok)
+    return converged & ok, jnp.where(ok, status, Status.INVALID_CODES).astype(jnp.int32)
+
+
+def checks_codes(codes: str = "y", unlabeled: str | None = None):
+    """Decorate a fit function so that its result goes through :func:`flag_invalid_codes`.
+
+    ``codes`` names the argument holding the class codes and ``unlabeled`` the one (if any)
+    masking rows whose code is ignored; K is the ``n_classes`` argument where the function
+    has one, else ``config.n_classes``.  Under ``jit`` the check joins the fit's program;
+    on a fit that runs on the host it is one small compiled call after the fit.
+    """
+
+    def decorate(fit):
+        signature = inspect.signature(fit)
+
+        @functools.wraps(fit)
+        def wrapper(*args, **kwargs):
+            given = signature.bind(*args, **kwargs).arguments
+            n_classes = given["n_classes"] if "n_classes" in given else given["config"].n_classes
+            return flag_invalid_codes(fit(*args, **kwargs), given[codes], n_classes,
+                                      given.get(unlabeled) if unlabeled else None)
+
+        return wrapper
+
+    return decorate

@@ -10,14 +10,12 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import enum
-import functools
-import inspect
 import os
 import sys
 import warnings
 
-__all__ = ["OneClassWarning", "Status", "check_status", "checks_codes", "convergence_warning", "flag_invalid_codes",
-           "status_message", "warn_user", "warned_once", "warnings_at_caller"]
+__all__ = ["OneClassWarning", "Status", "check_status", "convergence_warning", "status_message", "warn_user",
+           "warned_once", "warnings_at_caller"]
 
 
 def convergence_warning():
@@ -159,65 +157,6 @@ def final_status(converged, *, finite=True, failure=None):
     if failure is not None:
         status = jnp.where(failure != Status.SUCCESS, failure, status)
     return jnp.where(finite, status, Status.NONFINITE).astype(jnp.int32)
-
-
-def flag_invalid_codes(result, codes, n_classes: int, unlabeled=None):
-    """``result`` with status ``INVALID_CODES`` and ``converged`` False unless every class
-    code (but those of the rows where ``unlabeled`` is True, when given) is a whole number
-    in 0..n_classes-1.
-
-    The functional fits take codes: labels 1..K passed as they are would index one class
-    past the end, where JAX's scatters and segment sums drop them without a word.  Jitted
-    (``n_classes`` static): inside a fit's trace it joins the fit's program, and after a
-    fit that runs on the host (NPSVOR, the perceptrons, RED-SVM, TOR) it is one small
-    compiled call, not one dispatch per operation.
-    """
-    converged, status = _flag_program()(result.converged, result.status, codes, n_classes, unlabeled)
-    return result._replace(converged=converged, status=status)
-
-
-@functools.cache
-def _flag_program():
-    import jax
-
-    return jax.jit(_flagged, static_argnames="n_classes")
-
-
-def _flagged(converged, status, codes, n_classes, unlabeled):
-    import jax.numpy as jnp
-
-    codes = jnp.asarray(codes)
-    ok = (codes >= 0) & (codes < n_classes)
-    if jnp.issubdtype(codes.dtype, jnp.floating):
-        ok = ok & (codes == jnp.round(codes))
-    if unlabeled is not None:
-        ok = ok | jnp.asarray(unlabeled, bool)
-    ok = jnp.all(ok)
-    return converged & ok, jnp.where(ok, status, Status.INVALID_CODES).astype(jnp.int32)
-
-
-def checks_codes(codes: str = "y", unlabeled: str | None = None):
-    """Decorate a fit function so that its result goes through :func:`flag_invalid_codes`.
-
-    ``codes`` names the argument holding the class codes and ``unlabeled`` the one (if any)
-    masking rows whose code is ignored; K is the ``n_classes`` argument where the function
-    has one, else ``config.n_classes``.  Under ``jit`` the check joins the fit's program;
-    on a fit that runs on the host it is one small compiled call after the fit.
-    """
-
-    def decorate(fit):
-        signature = inspect.signature(fit)
-
-        @functools.wraps(fit)
-        def wrapper(*args, **kwargs):
-            given = signature.bind(*args, **kwargs).arguments
-            n_classes = given["n_classes"] if "n_classes" in given else given["config"].n_classes
-            return flag_invalid_codes(fit(*args, **kwargs), given[codes], n_classes,
-                                      given.get(unlabeled) if unlabeled else None)
-
-        return wrapper
-
-    return decorate
 
 
 def status_message(code) -> str:

@@ -50,11 +50,11 @@ from ._redsvm import (
     predict_codes,
     threshold_prediction,
 )
-from ._results import Prediction, result_type
+from ._results import Prediction, checks_codes, result_type
 from ._loops import jit_serial_cpu
 from ._progress import emit
 from ._sparse import PaddedRows, row_dots
-from ._status import Status, checks_codes, final_status
+from ._status import Status, final_status
 
 __all__ = ["TORConfig", "TORResult", "done_line", "fit_tor", "predict_tor", "init_pseudo_labels"]
 
